@@ -1,0 +1,42 @@
+# The two commands: `make run` (demo study on the simulated server) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-fast lint bench bench-sim bench-client bench-efficiency clean-demo clean
+
+run: $(STAMP)
+	$(BIN)/autotune start
+	$(BIN)/autotune status
+	$(BIN)/autotune best
+
+test: $(STAMP)
+	$(BIN)/pytest
+
+test-fast: $(STAMP)
+	$(BIN)/pytest -m "not slow"
+
+lint: $(STAMP)
+	$(BIN)/ruff check autotune tests bench
+
+bench-sim: $(STAMP)
+	$(BIN)/python bench/sim_throughput.py
+
+bench-client: $(STAMP)
+	$(BIN)/python bench/client_capacity.py
+
+bench: bench-sim bench-client
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+clean-demo:
+	rm -f autotune.db autotune.db-journal autotune.db-wal autotune.db-shm
+	rm -rf autotune-artifacts
+
+clean: clean-demo
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache

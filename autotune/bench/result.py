@@ -1,0 +1,160 @@
+"""What a level is asked to do (`LevelSettings`) and what it measured (`LevelResult`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LevelSettings:
+    """How one concurrency level runs."""
+
+    concurrency: int
+    min_duration_s: float = 5.0
+    """Shortest steady-state window measured (ramp-up, warmup and drain come on top)."""
+    max_duration_s: float = 60.0
+    """Longest steady-state window; reached when the CI target is not met before."""
+    ci_width: float | None = 0.02
+    """Stop once the 95 % CI half-width of output throughput is within this fraction
+    of it (checked from min_duration_s on). None: measure exactly min_duration_s."""
+    warmup_requests: int | None = None
+    """Requests sent and discarded before measuring. None: one per slot, which also
+    opens all C connections before the clock starts."""
+    warmup_max_tokens: int = 16
+    """Warmup requests are short: they exist to open connections and wake the
+    server, and the steady-state window already excludes the ramp-up."""
+    request_timeout_s: float = 300.0
+    max_error_share: float = 0.05
+    """More failed requests than this share of the measured ones fails the level."""
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
+        if not 0 < self.min_duration_s <= self.max_duration_s:
+            raise ValueError(
+                f"need 0 < min_duration_s <= max_duration_s, "
+                f"got {self.min_duration_s} and {self.max_duration_s}"
+            )
+        if self.ci_width is not None and not 0 < self.ci_width < 1:
+            raise ValueError(f"ci_width must be a fraction in (0, 1), got {self.ci_width}")
+        if self.warmup_requests is not None and self.warmup_requests < 0:
+            raise ValueError(f"warmup_requests must be >= 0, got {self.warmup_requests}")
+        if self.warmup_max_tokens < 1:
+            raise ValueError(f"warmup_max_tokens must be >= 1, got {self.warmup_max_tokens}")
+        if self.request_timeout_s <= 0:
+            raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if not 0 <= self.max_error_share < 1:
+            raise ValueError(f"max_error_share must be in [0, 1), got {self.max_error_share}")
+
+    @property
+    def warmup_count(self) -> int:
+        return self.concurrency if self.warmup_requests is None else self.warmup_requests
+
+
+WINDOW_DESCRIPTION = (
+    "steady state: from the last worker's first token to the first worker's last "
+    "response after the stop; all {c} slots busy, ramp-up and drain excluded"
+)
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """One concurrency level, measured. Latencies in ms (e2e in s); rates per second.
+
+    Throughput figures come from the steady-state window only; request counts
+    and latency percentiles are described field by field.
+    """
+
+    concurrency: int
+    workload: str
+    endpoint: str
+    requests: int
+    """Successful measured requests (warmup excluded), whole measured phase."""
+    errors: int
+    """Failed measured requests (HTTP error, connection cut, malformed chunk, timeout)."""
+    output_tokens: int
+    """Output tokens that arrived inside the window (the server's count, per chunk)."""
+    input_tokens: int
+    """Prompt tokens of requests whose first token arrived inside the window."""
+    window_s: float
+    output_throughput: float
+    """Output tokens/s over the window: the objective."""
+    total_throughput: float
+    """(input + output tokens)/s over the window."""
+    request_rate: float
+    """Requests completed inside the window, per second."""
+    window_requests: int
+    ttft_ms_p50: float | None
+    ttft_ms_p90: float | None
+    ttft_ms_p99: float | None
+    itl_ms_p50: float | None
+    itl_ms_p90: float | None
+    itl_ms_p99: float | None
+    tpot_ms_p50: float | None
+    tpot_ms_p90: float | None
+    tpot_ms_p99: float | None
+    e2e_s_p50: float | None
+    e2e_s_p90: float | None
+    e2e_s_p99: float | None
+    latency_requests: int
+    """Requests behind the latency percentiles: those that started inside the
+    window (all measured requests if none did)."""
+    usage_source: str
+    """Where token counts came from: usage | meta_info | text-recount."""
+    window: str
+    degenerate_share: float
+    """Share of successful measured requests whose output loops (see degenerate.py)."""
+    ci_halfwidth: float
+    """95 % CI half-width of output_throughput, as a fraction of it (batch means)."""
+    ci_halfwidth_tok_s: float
+    ci_lag1: float
+    """Lag-1 autocorrelation of the batch means (the CI was widened for it if > 0)."""
+    ci_target_met: bool
+    chunks: int
+    """SSE chunks with output, over successful measured requests."""
+    tokens_per_chunk: float
+    mean_output_tokens: float
+    """Per successful measured request."""
+    finished_by_length: float
+    """Share of successful measured requests that stopped at max_tokens."""
+    accept_length: float | None
+    """Mean tokens per verify step, from per-request `spec_verify_ct` (native
+    endpoint only); never from the server's cumulative average."""
+    temperature: float
+    ignore_eos: bool
+    max_tokens: int
+    warmup_requests: int
+    ramp_up_s: float
+    drain_s: float
+    duration_s: float
+    """Wall time of the whole level: warmup, ramp-up, window and drain."""
+    window_start_unix: float
+    window_end_unix: float
+    window_start_monotonic: float
+    """The window on `time.monotonic()`, to match a server's counters on the same host."""
+    window_end_monotonic: float
+    error_reasons: dict[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def error_share(self) -> float:
+        attempts = self.requests + self.errors
+        return self.errors / attempts if attempts else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-safe (no NaN or infinity; tuples as lists)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                value = None
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, dict):
+                value = dict(value)
+            out[f.name] = value
+        out["error_share"] = self.error_share
+        return out

@@ -1,0 +1,242 @@
+"""`autotune` commands. Each maps onto one module; this file only parses and prints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from autotune import __version__
+from autotune.errors import AutotuneError
+
+# Subcommands that hand their whole argument list to another parser.
+_PASSTHROUGH: dict[str, str] = {"sim": "autotune.sim.cli", "bench": "autotune.bench.cli"}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in _PASSTHROUGH:
+        import importlib
+
+        module = importlib.import_module(_PASSTHROUGH[args_list[0]])
+        return int(module.main(args_list[1:]) or 0)
+
+    parser = _parser()
+    args = parser.parse_args(args_list)
+    from autotune import log
+
+    log.setup(
+        level="DEBUG" if args.verbose else "INFO",
+        json=True if args.log_format == "json" else None if args.log_format == "auto" else False,
+    )
+    try:
+        return int(args.func(args) or 0)
+    except AutotuneError as exc:
+        print(f"autotune: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("autotune: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="autotune",
+        description="Bayesian tuning of speculative-decoding settings for LLM inference servers.",
+    )
+    p.add_argument("--version", action="version", version=f"autotune {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument(
+        "--log-format",
+        choices=("auto", "console", "json"),
+        default="auto",
+        help="console for people, json for journald (auto: json when not a terminal)",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(
+        name: str, func: Callable[[argparse.Namespace], int], help_: str, study_args: bool = True
+    ) -> argparse.ArgumentParser:
+        sp = sub.add_parser(name, help=help_, description=help_)
+        sp.set_defaults(func=func)
+        sp.add_argument(
+            "--config", "-c", help="config file (default: ./autotune.yaml, else the demo)"
+        )
+        if study_args:
+            sp.add_argument("--storage", help="override study.storage (a database URL)")
+            sp.add_argument("--study", help="override study.name")
+        return sp
+
+    start = add("start", _start, "start or resume a study")
+    start.add_argument("--n-trials", type=int, help="the study's total number of trials")
+    for name, func, help_ in (
+        ("status", _status, "one row per trial"),
+        ("best", _best, "the best feasible trial"),
+    ):
+        sp = add(name, func, help_)
+        sp.add_argument("--json", action="store_true", help="machine-readable output")
+    add("validate", _validate, "check config, search space, unit file and host; change nothing")
+    apply = add(
+        "apply", _apply, "deploy the best (or a given) trial's config and wait until it serves"
+    )
+    apply.add_argument("--trial", type=int, help="trial number (default: the best feasible trial)")
+    add("restore", _restore, "put the original unit back, restart it and wait until it serves")
+    sub.add_parser("sim", help="run the simulated SGLang server (see: autotune sim --help)")
+    sub.add_parser("bench", help="benchmark a running server (see: autotune bench --help)")
+    return p
+
+
+def _load(args: argparse.Namespace) -> Any:
+    from autotune.config import load_config
+
+    cfg = load_config(args.config)
+    study = cfg.study
+    if getattr(args, "storage", None):
+        study = replace(study, storage=args.storage)
+    if getattr(args, "study", None):
+        study = replace(study, name=args.study)
+    if getattr(args, "n_trials", None) is not None:
+        if args.n_trials < 1:
+            raise AutotuneError("--n-trials must be at least 1")
+        study = replace(study, n_trials=args.n_trials)
+    return replace(cfg, study=study)
+
+
+def _start(args: argparse.Namespace) -> int:
+    from autotune import daemon
+
+    cfg = _load(args)
+    summary = daemon.run_study(cfg)
+    from autotune.log import get
+
+    log = get("autotune")
+    if summary.best:
+        log.info(
+            "best so far",
+            trial=summary.best["trial"],
+            config=summary.best["resolved"],
+            value=summary.best["value"],
+        )
+    else:
+        log.warning("no feasible trial yet")
+    log.info(
+        "study finished",
+        study=summary.study,
+        finished=summary.finished,
+        ran_now=summary.ran,
+        deployed_now=summary.deployed,
+        reused_now=summary.reused,
+    )
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from autotune import study as st
+
+    cfg = _load(args)
+    study = st.open_study(cfg, create=False)
+    rows = [_row(t) for t in study.get_trials(deepcopy=False)]
+    if args.json:
+        print(
+            json.dumps(
+                {"study": study.study_name, "metric_names": study.metric_names, "trials": rows},
+                indent=2,
+            )
+        )
+        return 0
+    print(
+        f"study {study.study_name}: {st.finished_count(study)} of {cfg.study.n_trials} trials "
+        f"finished ({cfg.study.storage})"
+    )
+    header = f"{'#':>4}  {'state':9} {'feasible':8} {'value':>10}  config / reason"
+    print(header)
+    for r in rows:
+        value = (
+            ""
+            if r["value"] is None
+            else (f"{r['value']:.1f}" if isinstance(r["value"], float) else str(r["value"]))
+        )
+        config = " ".join(f"{k.removeprefix('speculative_')}={v}" for k, v in r["config"].items())
+        extra = f"  [{r['reason']}]" if r["reason"] else ""
+        extra += f"  (= trial {r['reused_from']})" if r["reused_from"] is not None else ""
+        extra += "  baseline" if r["baseline"] else ""
+        feasible = {True: "yes", False: "no", None: ""}[r["feasible"]]
+        print(f"{r['number']:>4}  {r['state']:9} {feasible:8} {value:>10}  {config}{extra}")
+    return 0
+
+
+def _row(t: Any) -> dict[str, Any]:
+    from autotune import study as st
+
+    values = t.values
+    return {
+        "number": t.number,
+        "state": t.state.name,
+        "params": dict(t.params),
+        "config": st.trial_config(t),
+        "value": None if values is None else (values[0] if len(values) == 1 else list(values)),
+        "feasible": st.is_feasible(t) if t.state.name == "COMPLETE" else None,
+        "reason": t.user_attrs.get("reason"),
+        "failure": t.user_attrs.get("failure"),
+        "reused_from": t.user_attrs.get("reused_from"),
+        "baseline": bool(t.user_attrs.get("baseline")),
+    }
+
+
+def _best(args: argparse.Namespace) -> int:
+    from autotune import daemon
+    from autotune import study as st
+
+    cfg = _load(args)
+    study = st.open_study(cfg, create=False)
+    best = st.best_trials(study)
+    if not best:
+        raise AutotuneError(f"study {study.study_name!r} has no feasible trial yet")
+    described = [daemon.describe(study, t) for t in best]
+    if args.json:
+        print(json.dumps(described[0] if len(described) == 1 else described, indent=2))
+        return 0
+    for d in described:
+        print(f"best trial {d['trial']} of study {d['study']}: value {d['value']}")
+        for k, v in d["resolved"].items():
+            print(f"  --{k.replace('_', '-')} {v}")
+        for k, v in d["metrics"].items():
+            print(f"  {k}: {v}")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from autotune import daemon
+
+    cfg = _load(args)
+    daemon.api_key(cfg)
+    if cfg.target.deploy == "local-process":
+        daemon.check_unit(cfg, cfg.target.unit_file.read_text())
+    else:
+        daemon.check_target(cfg)
+    print(
+        f"{cfg.source}: ok ({cfg.space_source}: {cfg.space.size()} configs; "
+        f"unit {cfg.target.unit}; deploy {cfg.target.deploy})"
+    )
+    return 0
+
+
+def _apply(args: argparse.Namespace) -> int:
+    from autotune import daemon
+
+    cfg = _load(args)
+    number = daemon.apply_trial(cfg, args.trial)
+    print(f"serving trial {number}'s config ({cfg.target.unit} via {cfg.target.deploy})")
+    return 0
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from autotune import daemon
+
+    cfg = _load(args)
+    daemon.restore_original(cfg)
+    print(f"serving the original {cfg.target.unit}")
+    return 0

@@ -1,0 +1,387 @@
+"""autotune.yaml -> a frozen, typed Config. Every error names the file, key path and value.
+
+Relative paths in a config file are relative to that file's folder, so a
+config can be run from anywhere. A search space given by bare name
+(`sglang-eagle.yaml`) is also looked up among the built-in `search_spaces/`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+import yaml
+
+from autotune import resources
+from autotune.errors import ConfigError
+from autotune.space import SearchSpace, load_space, space_from_dict
+
+DEPLOY_MODES = ("local-process", "local-systemd", "ssh")
+ENGINES = ("sglang",)
+SAMPLERS = ("tpe", "gp", "random")
+OBJECTIVE_MODES = ("geomean", "single", "pareto")
+BUILTIN_WORKLOADS = ("natural", "greedy", "random")
+ENDPOINTS = ("chat", "completions", "generate")
+ON_FINISH = ("apply-best", "restore", "leave")
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    name: str = "autotune"
+    storage: str = "sqlite:///autotune.db"
+    n_trials: int = 30
+    sampler: Literal["tpe", "gp", "random"] = "tpe"
+    seed: int | None = None
+    startup_trials: int = 6
+    on_finish: Literal["apply-best", "restore", "leave"] = "apply-best"
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    unit_file: Path
+    unit: str
+    engine: str = "sglang"
+    deploy: str = "local-process"
+    base_url: str = "http://127.0.0.1:30000"
+    ready_timeout: float = 900.0
+    api_key_env: str | None = None
+    model: str | None = None
+    ssh: Mapping[str, Any] = field(default_factory=dict)
+    gpu_wait: Mapping[str, Any] | bool | None = None
+    systemd: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    concurrency: tuple[int, ...] = (1, 16, 64)
+    workload: str = "natural"
+    max_tokens: int = 256
+    min_duration: float = 5.0
+    max_duration: float = 30.0
+    ci_width: float | None = 0.02
+    warmup_requests: int | None = None
+    endpoint: str = "chat"
+
+
+@dataclass(frozen=True)
+class ConstraintsConfig:
+    min_running_requests: int | None = None
+    max_ttft_p99_ms: float | None = None
+    max_itl_p50_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    mode: Literal["geomean", "single", "pareto"] = "geomean"
+    level: int | None = None
+    constraints: ConstraintsConfig = field(default_factory=ConstraintsConfig)
+
+
+@dataclass(frozen=True)
+class Config:
+    source: str
+    study: StudyConfig
+    target: TargetConfig
+    space: SearchSpace
+    space_source: str
+    benchmark: BenchmarkConfig
+    objective: ObjectiveConfig
+
+    def summary(self) -> dict[str, Any]:
+        """The settings a study ran with, JSON-safe, without secrets (for the study record)."""
+        return {
+            "config_file": self.source,
+            "study": vars(self.study),
+            "target": {
+                "engine": self.target.engine,
+                "deploy": self.target.deploy,
+                "unit": self.target.unit,
+                "unit_file": str(self.target.unit_file),
+                "base_url": self.target.base_url,
+            },
+            "search_space": self.space_source,
+            "benchmark": {**vars(self.benchmark), "concurrency": list(self.benchmark.concurrency)},
+            "objective": {
+                "mode": self.objective.mode,
+                "level": self.objective.level,
+                "constraints": vars(self.objective.constraints),
+            },
+        }
+
+
+# -- reading ------------------------------------------------------------------
+class _Section:
+    """A mapping being read: tracks the key path and refuses unknown keys."""
+
+    def __init__(self, file: str, path: str, data: Any):
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(file, path, f"must be a mapping, got {_show(data)}")
+        self.file, self.path, self.data = file, path, data
+        self.used: set[str] = set()
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def error(self, name: str, problem: str) -> ConfigError:
+        return ConfigError(self.file, self.key(name), problem)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        self.used.add(name)
+        return self.data.get(name, default)
+
+    def section(self, name: str) -> _Section:
+        return _Section(self.file, self.key(name), self.get(name))
+
+    def str(self, name: str, default: str | None = None, choices: tuple[str, ...] = ()) -> Any:
+        v = self.get(name, default)
+        if v is None:
+            return None
+        if not isinstance(v, str) or not v.strip():
+            raise self.error(name, f"must be a non-empty string, got {_show(v)}")
+        if choices and v not in choices:
+            raise self.error(name, f"must be one of {', '.join(choices)}; got {v!r}")
+        return v
+
+    def int(self, name: str, default: int | None, minimum: int | None = None) -> Any:
+        v = self.get(name, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.error(name, f"must be a whole number, got {_show(v)}")
+        if minimum is not None and v < minimum:
+            raise self.error(name, f"must be at least {minimum}, got {v}")
+        return v
+
+    def number(self, name: str, default: float | None, minimum: float | None = None) -> Any:
+        v = self.get(name, default)
+        if v is None:
+            return None
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.error(name, f"must be a number, got {_show(v)}")
+        if minimum is not None and v < minimum:
+            raise self.error(name, f"must be at least {minimum}, got {v}")
+        return float(v)
+
+    def finish(self) -> None:
+        unknown = sorted(set(self.data) - self.used)
+        if unknown:
+            raise ConfigError(self.file, self.key(str(unknown[0])), "unknown key")
+
+
+def _show(v: Any) -> str:
+    return f"{type(v).__name__} {v!r}" if not isinstance(v, (dict, list)) else type(v).__name__
+
+
+# -- loading ------------------------------------------------------------------
+def load_config(path: str | Path | None = None) -> Config:
+    """Load `path`, or ./autotune.yaml, or the built-in demo."""
+    if path is None:
+        local = Path("autotune.yaml")
+        path = local if local.exists() else resources.demo_config()
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(str(path), None, "config file not found") from None
+    except OSError as exc:
+        raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise ConfigError(str(path), None, f"not valid YAML: {problem}{where}") from None
+    return config_from_dict(data, str(path), path.resolve().parent)
+
+
+def config_from_dict(data: Any, file: str, base_dir: Path) -> Config:
+    top = _Section(file, "", data)
+    study = _study(top.section("study"))
+    target = _target(top.section("target"), base_dir)
+    space, space_source = _space(top, base_dir)
+    benchmark = _benchmark(top.section("benchmark"), base_dir)
+    objective = _objective(top.section("objective"), benchmark)
+    top.finish()
+    if space.engine and space.engine != target.engine:
+        raise ConfigError(
+            space_source, "engine", f"is {space.engine!r} but target.engine is {target.engine!r}"
+        )
+    return Config(file, study, target, space, space_source, benchmark, objective)
+
+
+def _study(s: _Section) -> StudyConfig:
+    d = StudyConfig()
+    storage = s.str("storage", d.storage)
+    scheme = urlparse(storage).scheme.split("+")[0]
+    if scheme not in ("sqlite", "postgresql", "postgres", "mysql"):
+        raise s.error("storage", f"must be a URL like sqlite:///autotune.db; got {storage!r}")
+    out = StudyConfig(
+        name=s.str("name", d.name),
+        storage=storage,
+        n_trials=s.int("n_trials", d.n_trials, minimum=1),
+        sampler=s.str("sampler", d.sampler, SAMPLERS),
+        seed=s.int("seed", None),
+        startup_trials=s.int("startup_trials", d.startup_trials, minimum=0),
+        on_finish=s.str("on_finish", d.on_finish, ON_FINISH),
+    )
+    s.finish()
+    return out
+
+
+def _target(s: _Section, base_dir: Path) -> TargetConfig:
+    engine = s.str("engine", "sglang", ENGINES)
+    deploy = s.str("deploy", "local-process", DEPLOY_MODES)
+    raw_unit_file = s.str("unit_file")
+    unit = s.str("unit")
+    if raw_unit_file is None and unit is None:
+        raise s.error("unit_file", "is required: the path of the server's systemd unit file")
+    if deploy == "local-process":
+        if raw_unit_file is None:
+            raise s.error("unit_file", "is required for deploy: local-process")
+        unit_file = _local_path(base_dir, raw_unit_file)
+        if not unit_file.is_file():
+            raise s.error("unit_file", f"file not found: {unit_file}")
+    else:
+        unit_file = Path(raw_unit_file or f"/etc/systemd/system/{unit}")
+        if not unit_file.is_absolute():
+            raise s.error("unit_file", f"must be an absolute path on the host: {raw_unit_file!r}")
+    unit = unit or unit_file.name
+    if not unit.endswith(".service") or "/" in unit:
+        raise s.error("unit", f"must be a unit name like sglang.service, got {unit!r}")
+    base_url = s.str("base_url", "http://127.0.0.1:30000")
+    parsed = urlparse(base_url)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise s.error("base_url", f"must be a URL like http://127.0.0.1:30000; got {base_url!r}")
+    ssh = s.get("ssh")
+    if ssh is not None and not isinstance(ssh, dict):
+        raise s.error("ssh", "must be a mapping")
+    if deploy == "ssh" and not ssh:
+        raise s.error("ssh", "is required for deploy: ssh (at least host)")
+    gpu_wait = s.get("gpu_wait")
+    if gpu_wait is not None and not isinstance(gpu_wait, (dict, bool)):
+        raise s.error("gpu_wait", "must be a mapping (or true for the defaults)")
+    systemd = s.get("systemd")
+    if systemd is not None and not isinstance(systemd, dict):
+        raise s.error("systemd", "must be a mapping")
+    out = TargetConfig(
+        unit_file=unit_file,
+        unit=unit,
+        engine=engine,
+        deploy=deploy,
+        base_url=base_url.rstrip("/"),
+        ready_timeout=s.number("ready_timeout", 900.0, minimum=1),
+        api_key_env=s.str("api_key_env"),
+        model=s.str("model"),
+        ssh=dict(ssh or {}),
+        gpu_wait=gpu_wait,
+        systemd=dict(systemd or {}),
+    )
+    s.finish()
+    _check_deploy_settings(out, s.file)
+    return out
+
+
+def _check_deploy_settings(t: TargetConfig, file: str) -> None:
+    """Build the transport settings once so a bad key fails at load time, naming the key."""
+    from autotune.deploy import settings
+
+    settings.systemd_settings(t.unit, str(t.unit_file), t.systemd, file)
+    settings.gpu_wait_settings(t.gpu_wait, file)
+    if t.deploy == "ssh":
+        settings.ssh_settings(t.ssh, file)
+
+
+def _space(top: _Section, base_dir: Path) -> tuple[SearchSpace, str]:
+    raw = top.get("search_space")
+    if raw is None:
+        raise top.error("search_space", "is required: a file under search_spaces/ or a mapping")
+    if isinstance(raw, dict):
+        return space_from_dict(raw, f"{top.file}: search_space"), "inline"
+    if not isinstance(raw, str):
+        raise top.error("search_space", f"must be a file name or a mapping, got {_show(raw)}")
+    path = _local_path(base_dir, raw)
+    if not path.exists():
+        builtin = resources.search_space(raw)
+        if builtin is None:
+            raise top.error("search_space", f"file not found: {path}")
+        path = builtin
+    return load_space(path), str(path)
+
+
+def _benchmark(s: _Section, base_dir: Path) -> BenchmarkConfig:
+    d = BenchmarkConfig()
+    levels = s.get("concurrency", list(d.concurrency))
+    if isinstance(levels, int) and not isinstance(levels, bool):
+        levels = [levels]
+    if (
+        not isinstance(levels, list)
+        or not levels
+        or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in levels)
+    ):
+        raise s.error("concurrency", f"must be a list of positive whole numbers, got {levels!r}")
+    if len(set(levels)) != len(levels):
+        raise s.error("concurrency", f"has duplicate levels: {levels}")
+    workload = s.str("workload", d.workload)
+    if workload not in BUILTIN_WORKLOADS:
+        path = _local_path(base_dir, workload)
+        if not path.is_file():
+            raise s.error(
+                "workload",
+                f"must be natural, greedy, random or a JSONL file; {workload!r} is none of these",
+            )
+        workload = str(path)
+    min_d = s.number("min_duration", d.min_duration, minimum=0.5)
+    max_d = s.number("max_duration", max(d.max_duration, min_d), minimum=0.5)
+    if max_d < min_d:
+        raise s.error("max_duration", f"({max_d}) must be at least min_duration ({min_d})")
+    ci = s.get("ci_width", d.ci_width)
+    fraction = isinstance(ci, (int, float)) and not isinstance(ci, bool) and 0 < ci < 1
+    if ci is not None and not fraction:
+        raise s.error("ci_width", f"must be a fraction in (0, 1) (0.02 = ±2 %) or null; got {ci!r}")
+    out = BenchmarkConfig(
+        concurrency=tuple(sorted(levels)),
+        workload=workload,
+        max_tokens=s.int("max_tokens", d.max_tokens, minimum=1),
+        min_duration=min_d,
+        max_duration=max_d,
+        ci_width=float(ci) if ci is not None else None,
+        warmup_requests=s.int("warmup_requests", None, minimum=0),
+        endpoint=s.str("endpoint", d.endpoint, ENDPOINTS),
+    )
+    s.finish()
+    return out
+
+
+def _objective(s: _Section, bench: BenchmarkConfig) -> ObjectiveConfig:
+    mode = s.str("mode", "geomean", OBJECTIVE_MODES)
+    level = s.int("level", None, minimum=1)
+    if mode == "single":
+        if level is None:
+            raise s.error("level", "is required with mode: single (the concurrency to optimise)")
+        if level not in bench.concurrency:
+            raise s.error(
+                "level", f"{level} is not one of benchmark.concurrency {list(bench.concurrency)}"
+            )
+    elif level is not None:
+        raise s.error("level", f"only applies to mode: single (mode is {mode})")
+    c = s.section("constraints")
+    constraints = ConstraintsConfig(
+        min_running_requests=c.int("min_running_requests", None, minimum=1),
+        max_ttft_p99_ms=c.number("max_ttft_p99_ms", None, minimum=0),
+        max_itl_p50_ms=c.number("max_itl_p50_ms", None, minimum=0),
+    )
+    c.finish()
+    s.finish()
+    return ObjectiveConfig(mode=mode, level=level, constraints=constraints)
+
+
+def _local_path(base_dir: Path, raw: str) -> Path:
+    p = Path(os.path.expanduser(raw))
+    return p if p.is_absolute() else base_dir / p

@@ -1,0 +1,347 @@
+"""The study loop: budget, baseline, propose -> (reuse | run) -> record, and the end of a study."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autotune import objective, unitfile
+from autotune import study as st
+from autotune.config import Config
+from autotune.deploy.base import Deployer
+from autotune.engines import get_engine
+from autotune.errors import AutotuneError, ConfigError, DeployError, ServerFailed
+from autotune.log import get
+from autotune.trial import TrialPipeline
+
+log = get("autotune")
+
+
+@dataclass
+class StudySummary:
+    study: str
+    finished: int
+    ran: int
+    deployed: int
+    reused: int
+    best: dict[str, Any] | None
+    budget_spent: bool
+
+
+def check_unit(
+    cfg: Config, unit_text: str, *, check_executables: bool = True
+) -> dict[str, str | None]:
+    """Parse the base unit and a patched sample; return its current flags. Raises ConfigError."""
+    source = str(cfg.target.unit_file)
+    current = unitfile.flags(unitfile.parse_exec_start(unit_text, source=source).argv)
+    sample = cfg.space.enumerate()[0].params
+    patched = unitfile.patch_unit(unit_text, cfg.space.flags(sample), source=source)
+    problems = unitfile.verify_unit(patched, cfg.target.unit, check_executables=check_executables)
+    if problems:
+        raise ConfigError(source, None, "systemd-analyze verify: " + problems[0])
+    return current
+
+
+def api_key(cfg: Config) -> str | None:
+    if cfg.target.api_key_env is None:
+        return None
+    key = os.environ.get(cfg.target.api_key_env)
+    if not key:
+        raise ConfigError(
+            cfg.source,
+            "target.api_key_env",
+            f"environment variable {cfg.target.api_key_env} is not set",
+        )
+    return key
+
+
+def run_study(cfg: Config) -> StudySummary:
+    study = st.open_study(cfg)
+    st.recover_stale(study)
+    total = cfg.study.n_trials
+    remaining = st.remaining_budget(study, total)
+    if remaining == 0:
+        log.info(
+            "budget spent: nothing to deploy",
+            study=cfg.study.name,
+            finished=st.finished_count(study),
+            n_trials=total,
+            hint="raise --n-trials to continue this study",
+        )
+        return _summary(cfg, study, ran=0, deployed=0, reused=0, spent=True)
+
+    deployer = make_deployer(cfg)
+    try:
+        deployer.preflight()
+        base_unit = deployer.original_unit()
+        current = check_unit(cfg, base_unit, check_executables=cfg.target.deploy != "ssh")
+        baseline = st.baseline_of(cfg.space, current)
+        st.enqueue_baseline_once(study, baseline)
+        pipeline = TrialPipeline(
+            cfg, deployer, get_engine(cfg.target.engine), base_unit, api_key(cfg)
+        )
+        ran = deployed = reused = 0
+        log.info(
+            "study",
+            study=cfg.study.name,
+            storage=cfg.study.storage,
+            finished=st.finished_count(study),
+            n_trials=total,
+            space=f"{cfg.space_source} ({cfg.space.size()} configs)",
+        )
+        try:
+            while st.remaining_budget(study, total) > 0:
+                number = st.finished_count(study) + 1
+                outcome = _one_trial(cfg, study, pipeline, baseline, number, total)
+                ran += 1
+                deployed += outcome != "reused-before-deploy"
+                reused += outcome.startswith("reused")
+        except KeyboardInterrupt:
+            log.warning("interrupted: the running trial is not recorded; finishing the study")
+            finish(cfg, study, deployer, pipeline)
+            raise
+        finish(cfg, study, deployer, pipeline)
+    finally:
+        deployer.close()
+    return _summary(cfg, study, ran=ran, deployed=deployed, reused=reused, spent=True)
+
+
+def _one_trial(
+    cfg: Config,
+    study: optuna.Study,
+    pipeline: TrialPipeline,
+    baseline: st.Baseline,
+    number: int,
+    total: int,
+) -> str:
+    as_is = st.baseline_as_is_pending(study, baseline)
+    trial = study.ask()
+    trial.set_user_attr("owner", st.owner())
+    trial.set_user_attr("started_at", time.time())
+    if as_is:
+        params = None
+        trial.set_user_attr("baseline", True)
+    else:
+        params = cfg.space.decode(cfg.space.suggest(trial))
+        trial.set_user_attr("config", params)
+    is_baseline = bool(trial.user_attrs.get("baseline"))
+    log.info(
+        f"trial {number}/{total}",
+        trial=trial.number,
+        config=params if params is not None else "unit file as is",
+        **({"baseline": True} if is_baseline else {}),
+    )
+    if params is not None:
+        earlier = st.find_measured(study, params)
+        if earlier is not None:
+            frozen = st.record_reuse(study, trial, earlier)
+            log.info(
+                "same config as an earlier trial: result reused",
+                trial=trial.number,
+                reused_from=earlier,
+                value=_fmt(frozen.values),
+            )
+            return "reused-before-deploy"
+    try:
+        result = pipeline.run(params, lambda cfg_: st.find_measured(study, cfg_))
+    except (DeployError, KeyboardInterrupt):
+        # Not the config's fault: the trial must not teach the sampler anything.
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        if trial.params:
+            study.enqueue_trial(
+                trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False
+            )
+        raise
+    except Exception:
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        raise
+    if result.reused_from is not None:
+        result.attrs.pop("feasible", None)
+        for key, value in result.attrs.items():
+            trial.set_user_attr(key, value)
+        frozen = st.record_reuse(study, trial, result.reused_from)
+        log.info(
+            "server resolved it to an earlier trial's config: result reused",
+            trial=trial.number,
+            reused_from=result.reused_from,
+        )
+        return "reused-after-deploy"
+    frozen = st.record(study, trial, result.score, result.attrs)
+    log.info(
+        "trial done",
+        trial=trial.number,
+        value=_fmt(frozen.values),
+        feasible=result.score.feasible,
+        **({"failure": result.attrs["failure"]} if "failure" in result.attrs else {}),
+    )
+    return "measured"
+
+
+def _fmt(values: list[float] | None) -> str:
+    return ", ".join(f"{v:.1f}" for v in values or [])
+
+
+def _summary(
+    cfg: Config, study: optuna.Study, *, ran: int, deployed: int, reused: int, spent: bool
+) -> StudySummary:
+    best = st.best_trials(study)
+    return StudySummary(
+        study=cfg.study.name,
+        finished=st.finished_count(study),
+        ran=ran,
+        deployed=deployed,
+        reused=reused,
+        best=describe(study, best[0]) if best else None,
+        budget_spent=spent,
+    )
+
+
+def describe(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """The JSON shape of `autotune best`."""
+    metrics = {k: v for k, v in t.user_attrs.items() if k.startswith(("output_tok_s@", "accept"))}
+    for key in ("max_running_requests", "max_total_num_tokens", "workload"):
+        if key in t.user_attrs:
+            metrics[key] = t.user_attrs[key]
+    names = study.metric_names or [f"value{i}" for i in range(len(t.values or []))]
+    return {
+        "study": study.study_name,
+        "trial": t.number,
+        "params": dict(t.params),
+        "resolved": st.trial_config(t),
+        "value": t.value if len(t.values or []) == 1 else dict(zip(names, t.values, strict=True)),
+        "metrics": metrics,
+    }
+
+
+def make_deployer(cfg: Config) -> Deployer:
+    t = cfg.target
+    if t.deploy == "local-process":
+        from autotune.deploy.local_process import LocalProcessDeployer
+
+        return LocalProcessDeployer(t.unit_file)
+    from autotune.deploy import settings
+
+    sd = settings.systemd_settings(t.unit, str(t.unit_file), t.systemd, cfg.source)
+    gw = settings.gpu_wait_settings(t.gpu_wait, cfg.source)
+    if t.deploy == "ssh":
+        from autotune.deploy.ssh import ssh_deployer
+
+        return ssh_deployer(settings.ssh_settings(t.ssh, cfg.source), sd, gw)
+    from autotune.deploy.local_systemd import local_systemd_deployer
+
+    return local_systemd_deployer(sd, gw)
+
+
+def unit_of_trial(pipeline: TrialPipeline, t: optuna.trial.FrozenTrial) -> str:
+    """The unit text that runs trial `t`'s config (the unit unchanged for an as-is baseline)."""
+    config = t.user_attrs.get("config")
+    return pipeline.unit_for(dict(config) if config else None)
+
+
+def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: TrialPipeline) -> None:
+    """Leave the server on a config someone chose: the best trial's, or the original."""
+    action = cfg.study.on_finish
+    if cfg.target.deploy == "local-process":
+        log.info("rehearsal server stops with autotune (deploy: local-process)")
+        return
+    if action == "leave":
+        log.warning("leaving the server as it is (study.on_finish: leave)")
+        return
+    best = st.best_trials(study)
+    if action == "apply-best" and best:
+        log.info("deploying the best config", trial=best[0].number, config=st.trial_config(best[0]))
+        deployer.deploy(unit_of_trial(pipeline, best[0]))
+        try:
+            pipeline.wait_ready()
+            log.info("serving the best config", trial=best[0].number)
+            return
+        except ServerFailed as failed:
+            log.error(
+                "the best config did not come up again; restoring the original",
+                reason=failed.reason,
+            )
+    elif action == "apply-best":
+        log.warning("no feasible trial: restoring the original unit")
+    deployer.restore()
+    try:
+        pipeline.wait_ready()
+        log.info("serving the original unit")
+    except ServerFailed as failed:
+        raise AutotuneError(f"the original unit did not come back up: {failed.reason}") from None
+
+
+__all__ = ["AutotuneError", "StudySummary", "objective", "run_study"]
+
+
+def check_target(cfg: Config) -> None:
+    """`autotune validate` for a systemd target: reach it, read the unit, change nothing."""
+    deployer = make_deployer(cfg)
+    try:
+        deployer.preflight()
+        current = getattr(deployer, "current_unit", None)
+        if current is not None:
+            text = current()
+            check_unit(cfg, text, check_executables=False)
+    finally:
+        deployer.close()
+
+
+def _pipeline_for(cfg: Config, deployer: Deployer) -> TrialPipeline:
+    return TrialPipeline(
+        cfg, deployer, get_engine(cfg.target.engine), deployer.original_unit(), api_key(cfg)
+    )
+
+
+def apply_trial(cfg: Config, number: int | None) -> int:
+    """Deploy a trial's config (default: the best feasible) and wait until it serves."""
+    study = st.open_study(cfg, create=False)
+    if number is None:
+        best = st.best_trials(study)
+        if not best:
+            raise AutotuneError(f"study {cfg.study.name!r} has no feasible trial to apply")
+        trial = best[0]
+    else:
+        matches = [t for t in study.get_trials(deepcopy=False) if t.number == number]
+        if not matches or matches[0].state != optuna.trial.TrialState.COMPLETE:
+            raise AutotuneError(f"study {cfg.study.name!r} has no finished trial {number}")
+        trial = matches[0]
+    deployer = make_deployer(cfg)
+    keep = False
+    try:
+        deployer.preflight()
+        pipeline = _pipeline_for(cfg, deployer)
+        deployer.deploy(unit_of_trial(pipeline, trial))
+        try:
+            pipeline.wait_ready()
+        except ServerFailed as failed:
+            log.error("the config did not come up; restoring the original", reason=failed.reason)
+            deployer.restore()
+            pipeline.wait_ready()
+            raise AutotuneError(f"trial {trial.number} did not come up: {failed.reason}") from None
+        keep = True
+    finally:
+        if keep and hasattr(deployer, "keep_running"):
+            deployer.keep_running = True  # a local child keeps serving after autotune exits
+        deployer.close()
+    return trial.number
+
+
+def restore_original(cfg: Config) -> None:
+    deployer = make_deployer(cfg)
+    try:
+        deployer.preflight()
+        pipeline = _pipeline_for(cfg, deployer)
+        deployer.restore()
+        try:
+            pipeline.wait_ready()
+        except ServerFailed as failed:
+            raise AutotuneError(f"the original unit did not come up: {failed.reason}") from None
+        forget = getattr(deployer, "forget_original", None)
+        if forget is not None:
+            forget()  # the next study backs up the unit as it is now
+    finally:
+        deployer.close()

@@ -1,0 +1,393 @@
+"""SGLang adapter: readiness, resolved settings, capacity, acceptance and failures.
+
+Every string matched here is one SGLang prints (checked against
+python/sglang/srt/server_args.py, managers/scheduler.py,
+model_executor/model_runner.py, entrypoints/http_server.py across the 0.4-0.5
+releases); the formats that changed between releases are all accepted.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from autotune.engines.base import Failure, ServerInfo
+from autotune.errors import ConfigError, ServerFailed
+
+__all__ = ["READY_LINE", "Capacity", "SGLangEngine", "parse_capacity"]
+
+READY_LINE = "The server is fired up and ready to roll!"
+
+_REASON_MAX = 300
+# `[2025-06-10 10:01:21 TP0] ` / `[2025-06-10 10:01:21 DP1 TP3] `: SGLang's log prefix.
+_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s?")
+_CAPACITY_LINE = re.compile(r"max_total_num_tokens=\d+.*max_prefill_tokens=\d+")
+_FIELD = re.compile(r"(\w+)=(\d+(?:\.\d+)?)(?:\s*GB)?")
+_DECODE = re.compile(r"Decode batch[.,].*?accept len: (\d+(?:\.\d+)?)")
+# argparse's last words: `launch_server.py: error: unrecognized arguments: --x 1`.
+_ARGPARSE = re.compile(r"^\S+: error: (.+)$", re.MULTILINE)
+_EXCEPTION = re.compile(
+    r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit))(?:: ?(.*))?$"
+)
+_FRAME = re.compile(r'^\s+File "([^"]+)"(?:, line \d+)?, in (\S+)')
+_REFUSED_TYPES = {"AssertionError", "ValueError", "NotImplementedError"}
+# Code that validates the launch flags: a failure raised here is the flags' fault.
+_ARG_CODE = re.compile(r"server_args\.py|/arg_groups/|launch_server\.py")
+# Lines that show the flags were accepted and the model started loading.
+_LOADING = re.compile(
+    r"server_args=ServerArgs\(|Init torch distributed|Load weight begin|Scheduler hit an exception"
+)
+# Exceptions that only report that another process failed first.
+_CONSEQUENCES = re.compile(
+    r"^(EOFError|KeyboardInterrupt|SystemExit|BrokenPipeError|ConnectionResetError)$"
+    r"|Initialization failed\. Please see the error messages above"
+    r"|scheduler is dead"
+)
+_OOM = re.compile(
+    r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
+    r"|CUBLAS_STATUS_ALLOC_FAILED|Not enough memory|Please try to increase --mem-fraction-static"
+    r"|runs out of memory|Not enough host memory"
+)
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """The scheduler's startup line: what the memory budget allowed."""
+
+    max_total_num_tokens: int
+    max_running_requests: int | None
+    max_prefill_tokens: int | None = None
+    chunked_prefill_size: int | None = None
+    context_len: int | None = None
+    available_mem_gb: float | None = None
+    """available_gpu_mem (or available_cpu_mem on CPU); absent in old builds."""
+
+
+def parse_capacity(log_text: str) -> Capacity | None:
+    """The last scheduler capacity line in `log_text`, or None if there is none.
+
+    Current builds print
+    `max_total_num_tokens=455357, chunked_prefill_size=8192, max_prefill_tokens=16384,
+    max_running_requests=26, context_len=262144, available_gpu_mem=7.41 GB`;
+    older ones omit fields (chunked_prefill_size, max_running_requests, the
+    available memory), all of which are optional here.
+    """
+    found: Capacity | None = None
+    for line in log_text.splitlines():
+        if not _CAPACITY_LINE.search(line):
+            continue
+        fields = {m.group(1): m.group(2) for m in _FIELD.finditer(line)}
+        mem = fields.get("available_gpu_mem", fields.get("available_cpu_mem"))
+        found = Capacity(
+            max_total_num_tokens=int(fields["max_total_num_tokens"]),
+            max_running_requests=_opt_int(fields.get("max_running_requests")),
+            max_prefill_tokens=_opt_int(fields.get("max_prefill_tokens")),
+            chunked_prefill_size=_opt_int(fields.get("chunked_prefill_size")),
+            context_len=_opt_int(fields.get("context_len")),
+            available_mem_gb=None if mem is None else float(mem),
+        )
+    return found
+
+
+class SGLangEngine:
+    """The `Engine` for SGLang (`python -m sglang.launch_server`)."""
+
+    name = "sglang"
+
+    def __init__(self, *, timeout: float = 10.0) -> None:
+        self.timeout = timeout
+
+    def health_path(self) -> str:
+        # /health answers 503 until a 1-token generation succeeds; /v1/models
+        # and /get_model_info answer 200 before warmup ends, so they cannot be used.
+        return "/health"
+
+    def ready_in_log(self, log_text: str) -> bool:
+        return READY_LINE in log_text
+
+    async def server_info(
+        self, base_url: str, params: list[str], api_key: str | None
+    ) -> ServerInfo:
+        """Resolved settings from `GET /get_server_info` (or `/server_info`).
+
+        `resolved` holds each requested name the server reports (SGLang's server
+        args use the study names, e.g. `speculative_num_steps`); a name it does
+        not report is left out. `max_running_requests` is the scheduler's
+        effective cap when the build reports it (`internal_states[*].
+        effective_max_running_requests_per_dp`, summed over DP ranks), otherwise
+        the configured server arg, which older builds report even when the
+        memory budget allowed fewer: there, `capacity_from_log` is the truth.
+
+        Raises ServerFailed("not_ready", ...) if the server does not answer
+        usable JSON, ConfigError if it refuses the API key.
+        """
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        async with httpx.AsyncClient(
+            base_url=base_url.rstrip("/"), headers=headers, timeout=self.timeout
+        ) as client:
+            data = await _get_json(client, "/get_server_info", fallback="/server_info")
+            if not isinstance(data, dict):
+                raise ServerFailed("not_ready", "GET /get_server_info did not answer a JSON object")
+            context_len = _opt_int(data.get("context_len"))
+            if context_len is None:
+                context_len = await _model_len(client)
+            if context_len is None:
+                context_len = _opt_int(data.get("context_length"))
+        return ServerInfo(
+            resolved={name: data[name] for name in params if name in data},
+            max_running_requests=_max_running_requests(data),
+            max_total_num_tokens=_max_total_num_tokens(data),
+            context_len=context_len,
+            version=str(data["version"]) if data.get("version") is not None else None,
+            raw=data,
+        )
+
+    def capacity_from_log(self, log_text: str) -> tuple[int | None, int | None]:
+        """(max_total_num_tokens, max_running_requests) of the last scheduler capacity line."""
+        capacity = parse_capacity(log_text)
+        if capacity is None:
+            return None, None
+        return capacity.max_total_num_tokens, capacity.max_running_requests
+
+    def accept_length_from_log(self, log_text: str) -> float | None:
+        """Mean `accept len` over the decode lines in `log_text` (each covers as many steps).
+
+        Values below 1 are skipped: acceptance length counts the bonus token,
+        so anything lower means the interval had no verify step to measure.
+        """
+        values = [float(v) for v in _DECODE.findall(log_text)]
+        values = [v for v in values if v >= 1.0]
+        return sum(values) / len(values) if values else None
+
+    def classify_failure(self, log_text: str, exit_code: int | None) -> Failure:
+        """Name why the server did not serve, from its log and exit code.
+
+        Evidence in the log wins over liveness (SGLang's HTTP process can
+        outlive a dead scheduler), in this order: refused flags (argparse
+        errors; AssertionError / ValueError / NotImplementedError raised by the
+        argument checks), out of memory, then any other exception
+        (crash_on_start, or crash_during_benchmark once the log said ready). With
+        no evidence: an exit is crash_on_start / crash_during_benchmark, a live
+        process is not_ready.
+        """
+        lines = [_PREFIX.sub("", line.rstrip()) for line in log_text.splitlines()]
+        text = "\n".join(lines)
+        ready = self.ready_in_log(log_text)
+
+        usage = _ARGPARSE.search(text)
+        if usage:
+            return Failure("refused", _clip(usage.group(1)))
+        exceptions = _exceptions(lines)
+        first_loading = next((i for i, line in enumerate(lines) if _LOADING.search(line)), None)
+        for exc in exceptions:
+            if _is_refusal(exc, first_loading):
+                return Failure("refused", exc.reason)
+        oom = _oom_reason(lines, exceptions)
+        if oom is not None:
+            return Failure("out_of_memory", oom)
+        crashed = "crash_during_benchmark" if ready else "crash_on_start"
+        roots = [
+            e
+            for e in exceptions
+            if not _CONSEQUENCES.search(e.type) and not _CONSEQUENCES.search(e.message)
+        ]
+        if roots:
+            return Failure(crashed, roots[0].reason)
+        last = _last_line(lines)
+        if exit_code is not None:
+            when = "after it was ready" if ready else "before it was ready"
+            reason = f"{_describe_exit(exit_code)} {when}"
+            return Failure(crashed, _clip(f"{reason}; last log line: {last}" if last else reason))
+        reason = "alive but never ready"
+        return Failure("not_ready", _clip(f"{reason}; last log line: {last}" if last else reason))
+
+
+# ---------------------------------------------------------------------- HTTP
+
+
+async def _get_json(client: httpx.AsyncClient, path: str, *, fallback: str) -> Any:
+    try:
+        response = await client.get(path)
+        if response.status_code == 404:
+            path = fallback
+            response = await client.get(path)
+    except httpx.HTTPError as exc:
+        raise ServerFailed("not_ready", f"GET {path}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code in (401, 403):
+        raise ConfigError(
+            None,
+            "api_key",
+            f"the server refused the API key (HTTP {response.status_code} on {path})",
+        )
+    if response.status_code != 200:
+        raise ServerFailed("not_ready", f"GET {path} answered HTTP {response.status_code}")
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise ServerFailed("not_ready", f"GET {path} did not answer JSON") from exc
+
+
+async def _model_len(client: httpx.AsyncClient) -> int | None:
+    """Context length from `/v1/models` (data[0].max_model_len); None if unavailable."""
+    try:
+        response = await client.get("/v1/models")
+        models = response.json().get("data") if response.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    if isinstance(models, list) and models and isinstance(models[0], dict):
+        return _opt_int(models[0].get("max_model_len"))
+    return None
+
+
+def _max_running_requests(data: dict[str, Any]) -> int | None:
+    states = data.get("internal_states")
+    if isinstance(states, list) and states:
+        per_dp = [
+            s.get("effective_max_running_requests_per_dp") for s in states if isinstance(s, dict)
+        ]
+        if per_dp and all(isinstance(v, int) and not isinstance(v, bool) for v in per_dp):
+            return sum(per_dp)
+    return _opt_int(data.get("max_running_requests"))
+
+
+def _max_total_num_tokens(data: dict[str, Any]) -> int | None:
+    value = _opt_int(data.get("max_total_num_tokens"))
+    if value is not None:
+        return value
+    states = data.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        usage = states[0].get("memory_usage")
+        if isinstance(usage, dict):
+            return _opt_int(usage.get("token_capacity"))
+    return None
+
+
+def _opt_int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------------- log reading
+
+
+@dataclass(frozen=True)
+class _Exception:
+    type: str
+    message: str
+    line: int  # index of the exception line
+    frames: tuple[tuple[str, str, str], ...]  # (file, function, code) innermost last
+
+    @property
+    def short_type(self) -> str:
+        return self.type.rsplit(".", 1)[-1]
+
+    @property
+    def reason(self) -> str:
+        if self.message:
+            return _clip(f"{self.type}: {self.message}")
+        if self.frames:
+            # A bare `assert` says nothing; its code and place do.
+            file, function, code = self.frames[-1]
+            where = f"{file.rsplit('/', 1)[-1]}, in {function}"
+            return _clip(f"{self.type}: {code} ({where})" if code else f"{self.type} ({where})")
+        return self.type
+
+
+def _exceptions(lines: list[str]) -> list[_Exception]:
+    """Every exception line, with the traceback frames printed just before it."""
+    found: list[_Exception] = []
+    frames: list[tuple[str, str, str]] = []
+    code: list[str] = []
+    in_traceback = False
+    for index, line in enumerate(lines):
+        if "Traceback (most recent call last):" in line:
+            frames, code, in_traceback = [], [], True
+            continue
+        frame = _FRAME.match(line)
+        if in_traceback and frame:
+            _close_frame(frames, code)
+            frames.append((frame.group(1), frame.group(2), ""))
+            code = []
+            continue
+        match = _EXCEPTION.match(line)
+        if match:
+            _close_frame(frames, code)
+            found.append(
+                _Exception(match.group(1), (match.group(2) or "").strip(), index, tuple(frames))
+            )
+            frames, code, in_traceback = [], [], False
+            continue
+        if (
+            in_traceback
+            and line.startswith(" ")
+            and line.strip()
+            and set(line.strip()) - set("^~ ")
+        ):
+            code.append(line.strip())
+    return found
+
+
+def _close_frame(frames: list[tuple[str, str, str]], code: list[str]) -> None:
+    if frames and code:
+        file, function, _ = frames[-1]
+        frames[-1] = (
+            file,
+            function,
+            re.sub(r"\s+", " ", " ".join(code)).replace("( ", "(").replace(" )", ")"),
+        )
+
+
+def _is_refusal(exc: _Exception, first_loading: int | None) -> bool:
+    if exc.short_type not in _REFUSED_TYPES:
+        return False
+    if exc.frames:
+        # Raised by the argument checks themselves, not by something they called
+        # (a model config that fails to load inside __post_init__ is no refusal).
+        return bool(_ARG_CODE.search(exc.frames[-1][0]))
+    # No traceback printed: the flags were refused if loading had not started.
+    return first_loading is None or exc.line < first_loading
+
+
+def _oom_reason(lines: list[str], exceptions: list[_Exception]) -> str | None:
+    for exc in exceptions:
+        if _OOM.search(f"{exc.type}: {exc.message}"):
+            return _first_sentences(exc.reason)
+    for line in lines:
+        if _OOM.search(line):
+            return _first_sentences(line.strip())
+    return None
+
+
+def _first_sentences(text: str) -> str:
+    """`CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has ...` -> first two sentences."""
+    parts = re.split(r"(?<=\.) (?=[A-Z])", text)
+    return _clip(" ".join(parts[:2]))
+
+
+def _last_line(lines: list[str]) -> str:
+    for line in reversed(lines):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _describe_exit(code: int) -> str:
+    if 128 < code < 128 + 65:
+        try:
+            return f"killed by {signal.Signals(code - 128).name} (exit code {code})"
+        except ValueError:
+            pass
+    return f"exited with code {code}"
+
+
+def _clip(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _REASON_MAX else text[: _REASON_MAX - 1] + "…"

@@ -1,0 +1,115 @@
+"""How per-level measurements become the study's value(s) and constraints.
+
+Constraints follow Optuna's convention: a trial is feasible when every value
+is <= 0. Every trial sets every constraint key, so that a cached or failed
+trial is never mistaken for a feasible one (a trial without constraint values
+counts as feasible in Optuna).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.config import ObjectiveConfig
+
+#: Every constraint key, in the order they are recorded.
+SERVER_UP = "server_up"
+MIN_RUNNING_REQUESTS = "min_running_requests"
+TTFT_P99 = "ttft_p99_ms"
+ITL_P50 = "itl_p50_ms"
+CONSTRAINT_KEYS = (SERVER_UP, MIN_RUNNING_REQUESTS, TTFT_P99, ITL_P50)
+
+
+@dataclass(frozen=True)
+class Score:
+    values: list[float]
+    constraints: dict[str, float]
+
+    @property
+    def feasible(self) -> bool:
+        return all(v <= 0 for v in self.constraints.values())
+
+
+def metric_names(cfg: ObjectiveConfig, levels: Sequence[int]) -> list[str]:
+    if cfg.mode == "geomean":
+        return ["geomean_output_tok_s"]
+    if cfg.mode == "single":
+        return [f"output_tok_s@c{cfg.level}"]
+    return [f"output_tok_s@c{c}" for c in levels]
+
+
+def n_objectives(cfg: ObjectiveConfig, levels: Sequence[int]) -> int:
+    return len(metric_names(cfg, levels))
+
+
+def capacity_violation(cfg: ObjectiveConfig, max_running_requests: int | None) -> float:
+    """> 0 when the server cannot run as many requests as the user needs."""
+    floor = cfg.constraints.min_running_requests
+    if floor is None:
+        return 0.0
+    if max_running_requests is None:
+        return float(floor)
+    return float(floor - max_running_requests)
+
+
+def score(
+    cfg: ObjectiveConfig,
+    levels: Sequence[int],
+    results: Mapping[int, Mapping[str, Any]],
+    max_running_requests: int | None,
+) -> Score:
+    """Score a server that came up and was benchmarked at every level."""
+    throughput = {c: float(results[c]["output_throughput"]) for c in levels}
+    if cfg.mode == "geomean":
+        values = [_geomean(list(throughput.values()))]
+    elif cfg.mode == "single":
+        assert cfg.level is not None
+        values = [throughput[cfg.level]]
+    else:
+        values = [throughput[c] for c in levels]
+
+    c = cfg.constraints
+    ttft = 0.0
+    if c.max_ttft_p99_ms is not None:
+        worst = max(float(results[lv]["ttft_p99_ms"]) for lv in levels)
+        ttft = worst - c.max_ttft_p99_ms
+    itl = 0.0
+    if c.max_itl_p50_ms is not None:
+        worst = max(float(results[lv]["itl_p50_ms"]) for lv in levels)
+        itl = worst - c.max_itl_p50_ms
+    constraints = {
+        SERVER_UP: 0.0,
+        MIN_RUNNING_REQUESTS: capacity_violation(cfg, max_running_requests),
+        TTFT_P99: ttft,
+        ITL_P50: itl,
+    }
+    return Score(values, constraints)
+
+
+def unusable(
+    cfg: ObjectiveConfig,
+    levels: Sequence[int],
+    *,
+    server_up: bool,
+    max_running_requests: int | None = None,
+) -> Score:
+    """Score a config that was not benchmarked: the server failed, or its capacity is too low.
+
+    The value is 0 tok/s (it served nothing the user can use); the constraints
+    make it infeasible, which is what the sampler learns from.
+    """
+    constraints = dict.fromkeys(CONSTRAINT_KEYS, 0.0)
+    constraints[SERVER_UP] = 0.0 if server_up else 1.0
+    constraints[MIN_RUNNING_REQUESTS] = (
+        max(capacity_violation(cfg, max_running_requests), 0.0) if server_up else 1.0
+    )
+    return Score([0.0] * n_objectives(cfg, levels), constraints)
+
+
+def _geomean(xs: list[float]) -> float:
+    if any(x <= 0 for x in xs):
+        return 0.0
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))

@@ -1,0 +1,3 @@
+from autotune.sim.cli import main
+
+raise SystemExit(main())

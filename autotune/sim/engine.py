@@ -1,0 +1,380 @@
+"""The scheduler: continuous batching in real wall-clock time, driven by the model.
+
+One loop, as in SGLang's scheduler: when requests wait and a slot is free it
+runs a prefill batch, otherwise one decode iteration of every running
+request. Each iteration lasts what `model.iteration_time` says for the batch
+it started with; iterations are scheduled against absolute deadlines so
+event-loop overhead shows up as a little latency, never as lost throughput.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from autotune.sim import logs, model
+from autotune.sim.profiles import Profile
+from autotune.sim.text import TextSource
+
+LOG_INTERVAL = 40  # decode iterations between "Decode batch" lines, as SGLang
+RESYNC_AFTER = 0.25  # seconds late: beyond this, skip ahead instead of bursting to catch up
+RING_PERIOD = 0.05
+RING_SIZE = 2400
+
+
+class Sink(Protocol):
+    """Where a request's tokens go (a stream, a pending response, the warmup)."""
+
+    def tokens(self, req: Req, text: str, n: int) -> None: ...
+
+    def finish(self, req: Req) -> None: ...
+
+
+class Req:
+    """One generation request inside the engine."""
+
+    __slots__ = (
+        "cdf",
+        "client",
+        "created",
+        "emitted",
+        "finished_at",
+        "first_token_at",
+        "greedy",
+        "prompt_tokens",
+        "rid",
+        "sink",
+        "state",
+        "stop_by_eos",
+        "target",
+        "text",
+        "verify_ct",
+    )
+
+    def __init__(
+        self,
+        rid: str,
+        prompt_tokens: int,
+        target: int,
+        *,
+        greedy: bool,
+        stop_by_eos: bool,
+        cdf: tuple[float, ...],
+        text: TextSource,
+        sink: Sink,
+        client: bool = True,
+    ) -> None:
+        self.rid = rid
+        self.prompt_tokens = prompt_tokens
+        self.target = target
+        self.greedy = greedy
+        self.stop_by_eos = stop_by_eos
+        self.cdf = cdf
+        self.text = text
+        self.sink = sink
+        self.client = client  # False for the startup warmup: not in /sim/stats
+        self.emitted = 0
+        self.verify_ct = 0
+        self.created = time.monotonic()
+        self.first_token_at = 0.0
+        self.finished_at = 0.0
+        self.state = "waiting"  # waiting | running | finished | aborted
+
+    @property
+    def finish_reason(self) -> str:
+        return "stop" if self.stop_by_eos else "length"
+
+
+class Stats:
+    """Counters since start (client requests only unless named otherwise)."""
+
+    def __init__(self) -> None:
+        self.started_mono = time.monotonic()
+        self.started_wall = time.time()
+        self.received = 0
+        self.finished = 0
+        self.aborted = 0
+        self.output_tokens = 0
+        self.prompt_tokens = 0
+        self.verify_steps = 0
+        self.decode_tokens = 0  # tokens from verify steps (prefill emits each first token)
+        self.decode_iterations = 0
+        self.prefill_batches = 0
+        # Including the warmup, like SGLang's cumulative avg_spec_accept_length.
+        self.all_decode_tokens = 0
+        self.all_verify_steps = 0
+        self.lag_sum = 0.0
+        self.lag_max = 0.0
+        self.lag_n = 0
+        self.resyncs = 0
+        self.last_gen_throughput = 0.0
+        self.last_accept_len = 0.0
+        self.last_accept_rate = 0.0
+        self.ring: deque[tuple[float, int]] = deque(maxlen=RING_SIZE)
+        self._ring_t = 0.0
+        self.last_emit = 0.0
+
+    def tick(self, now: float) -> None:
+        self.last_emit = now
+        if now - self._ring_t >= RING_PERIOD:
+            self._ring_t = now
+            self.ring.append((round(now, 4), self.output_tokens))
+
+    def ring_points(self) -> list[list[float]]:
+        """The samples, closed by the last emission: exact there, constant after it."""
+        points = [list(x) for x in self.ring]
+        if self.last_emit and (not points or self.last_emit > points[-1][0]):
+            points.append([round(self.last_emit, 4), self.output_tokens])
+        return points
+
+
+class Engine:
+    def __init__(
+        self,
+        profile: Profile,
+        resolved: model.Resolved,
+        *,
+        rng: random.Random,
+        noise: float,
+        speed_factor: float,
+    ) -> None:
+        self.profile = profile
+        self.resolved = resolved
+        self.spec = resolved.spec
+        self.rng = rng
+        self.noise = noise
+        self.speed_factor = speed_factor
+        self.stats = Stats()
+        self.waiting: deque[Req] = deque()
+        self.running: list[Req] = []
+        self.kv_used = 0
+        self._wake = asyncio.Event()
+        self._ids = itertools.count()
+        self._log_t = time.monotonic()
+        self._log_tokens = 0
+        self._log_verify = 0
+        self.on_iteration: Callable[[], None] | None = None
+
+    # -- requests ---------------------------------------------------------------
+    def accept_cdf(self, greedy: bool) -> tuple[float, ...]:
+        dist = model.accept_dist(self.profile, self.spec, "greedy" if greedy else "natural")
+        return tuple(itertools.accumulate(dist))
+
+    def new_id(self) -> str:
+        return f"{next(self._ids):x}{self.rng.getrandbits(96):024x}"
+
+    def submit(self, req: Req) -> None:
+        if req.client:
+            self.stats.received += 1
+            self.stats.prompt_tokens += req.prompt_tokens
+        self.waiting.append(req)
+        self._wake.set()
+
+    def abort(self, req: Req) -> None:
+        """The client went away: free the slot at the next iteration, as SGLang does."""
+        if req.state in ("waiting", "running"):
+            if req.state == "running":
+                self.kv_used -= req.prompt_tokens + req.emitted
+            req.state = "aborted"
+            if req.client:
+                self.stats.aborted += 1
+
+    # -- the loop ---------------------------------------------------------------
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time()
+        while True:
+            if not self.running and not self.waiting:
+                self._wake.clear()
+                await self._wake.wait()
+                deadline = loop.time()
+            batch = self._admit()
+            if batch:
+                tokens = sum(r.prompt_tokens for r in batch)
+                logs.sched(
+                    logs.prefill_line(
+                        len(batch),
+                        tokens,
+                        self.kv_used / self.resolved.max_total_num_tokens,
+                        len(self.running),
+                        len(self.waiting),
+                    )
+                )
+                deadline += model.prefill_time(self.profile, tokens) * self._jitter()
+                deadline = await self._sleep_until(loop, deadline)
+                self._after_prefill(batch)
+            elif self.running:
+                n = len(self.running)
+                dt = model.iteration_time(self.profile, self.spec, n, self.kv_used)
+                deadline += dt * self._jitter()
+                deadline = await self._sleep_until(loop, deadline)
+                self._after_decode()
+            if self.on_iteration is not None:
+                self.on_iteration()
+
+    def _jitter(self) -> float:
+        if self.noise <= 0:
+            return self.speed_factor
+        j = self.rng.gauss(1.0, self.noise)
+        return self.speed_factor * min(1.3, max(0.7, j))
+
+    async def _sleep_until(self, loop: asyncio.AbstractEventLoop, deadline: float) -> float:
+        delay = deadline - loop.time()
+        await asyncio.sleep(delay if delay > 0 else 0)
+        late = loop.time() - deadline
+        st = self.stats
+        st.lag_n += 1
+        st.lag_sum += max(late, 0.0)
+        st.lag_max = max(st.lag_max, late)
+        if late > RESYNC_AFTER:
+            st.resyncs += 1
+            return loop.time()
+        return deadline
+
+    def _admit(self) -> list[Req]:
+        """Waiting requests that fit: a free slot, KV room, one chunk of prefill tokens."""
+        batch: list[Req] = []
+        tokens = 0
+        free = self.resolved.max_running_requests - len(self.running)
+        room = self.resolved.max_total_num_tokens - self.kv_used
+        while self.waiting and len(batch) < free:
+            req = self.waiting[0]
+            if req.state == "aborted":
+                self.waiting.popleft()
+                continue
+            if batch and tokens + req.prompt_tokens > model.CHUNKED_PREFILL_SIZE:
+                break
+            if req.prompt_tokens + tokens > room and (batch or self.running):
+                break
+            self.waiting.popleft()
+            batch.append(req)
+            tokens += req.prompt_tokens
+        return batch
+
+    def _after_prefill(self, batch: list[Req]) -> None:
+        now = time.monotonic()
+        self.stats.prefill_batches += 1
+        for req in batch:
+            if req.state == "aborted":
+                continue
+            req.state = "running"
+            req.first_token_at = now
+            self.kv_used += req.prompt_tokens
+            self.running.append(req)
+            self._emit(req, 1, now)
+        self._drop_done()
+
+    def _after_decode(self) -> None:
+        now = time.monotonic()
+        rng_random = self.rng.random
+        st = self.stats
+        decoded = 0
+        steps = 0
+        for req in self.running:
+            if req.state != "running":
+                continue
+            n = bisect_right(req.cdf, rng_random()) + 1
+            left = req.target - req.emitted
+            if n > left:
+                n = left
+            req.verify_ct += 1
+            steps += 1
+            decoded += n
+            if req.client:
+                st.verify_steps += 1
+                st.decode_tokens += n
+            self._emit(req, n, now)
+        self._drop_done()
+        st.decode_iterations += 1
+        st.all_decode_tokens += decoded
+        st.all_verify_steps += steps
+        self._log_tokens += decoded
+        self._log_verify += steps
+        if st.decode_iterations % LOG_INTERVAL == 0:
+            self._log_decode(now)
+
+    def _emit(self, req: Req, n: int, now: float) -> None:
+        req.emitted += n
+        self.kv_used += n
+        if req.client:
+            self.stats.output_tokens += n
+            self.stats.tick(now)
+        req.sink.tokens(req, req.text.take(n), n)
+        if req.emitted >= req.target and req.state == "running":
+            req.state = "finished"
+            req.finished_at = now
+            self.kv_used -= req.prompt_tokens + req.emitted
+            if req.client:
+                self.stats.finished += 1
+            req.sink.finish(req)
+
+    def _drop_done(self) -> None:
+        if any(r.state != "running" for r in self.running):
+            self.running = [r for r in self.running if r.state == "running"]
+
+    def _log_decode(self, now: float) -> None:
+        st = self.stats
+        span = max(now - self._log_t, 1e-9)
+        st.last_gen_throughput = self._log_tokens / span
+        accept_len = accept_rate = None
+        if self.spec.on and self._log_verify:
+            accept_len = self._log_tokens / self._log_verify
+            accept_rate = model.accept_rate(self.spec, accept_len)
+            st.last_accept_len, st.last_accept_rate = accept_len, accept_rate
+        self._log_t, self._log_tokens, self._log_verify = now, 0, 0
+        total = self.resolved.max_total_num_tokens
+        logs.sched(
+            logs.decode_line(
+                len(self.running),
+                self.kv_used,
+                self.kv_used / total,
+                accept_len,
+                accept_rate,
+                len(self.running) <= self.resolved.cuda_graph_max_bs,
+                st.last_gen_throughput,
+                len(self.waiting),
+            )
+        )
+
+    # -- introspection ----------------------------------------------------------
+    def avg_accept_length(self) -> float | None:
+        st = self.stats
+        if not self.spec.on or not st.all_verify_steps:
+            return None
+        return st.all_decode_tokens / st.all_verify_steps
+
+    def snapshot(self) -> dict[str, Any]:
+        st = self.stats
+        now_mono, now_wall = time.monotonic(), time.time()
+        return {
+            "time": {"monotonic": now_mono, "wall": now_wall},
+            "started": {"monotonic": st.started_mono, "wall": st.started_wall},
+            "requests": {
+                "received": st.received,
+                "finished": st.finished,
+                "aborted": st.aborted,
+                "running": sum(1 for r in self.running if r.client),
+                "queued": sum(1 for r in self.waiting if r.client and r.state == "waiting"),
+            },
+            "output_tokens": st.output_tokens,
+            "prompt_tokens": st.prompt_tokens,
+            "verify_steps": st.verify_steps,
+            "decode_tokens": st.decode_tokens,
+            "accept_length": st.decode_tokens / st.verify_steps if st.verify_steps else None,
+            "decode_iterations": st.decode_iterations,
+            "prefill_batches": st.prefill_batches,
+            "kv_tokens_used": self.kv_used,
+            "speed_factor": round(self.speed_factor, 5),
+            "scheduler": {
+                "lag_mean_ms": round(st.lag_sum / st.lag_n * 1000, 3) if st.lag_n else 0.0,
+                "lag_max_ms": round(st.lag_max * 1000, 3),
+                "resyncs": st.resyncs,
+            },
+            "ring": st.ring_points(),
+        }

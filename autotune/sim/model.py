@@ -1,0 +1,461 @@
+"""The simulator's performance model: pure functions, no I/O, cheap to call.
+
+The HTTP server and `--predict` both use these functions, so a throughput
+measured over HTTP and the predicted one come from the same numbers.
+
+Shape of the model (see docs/rehearsal.md for the reasoning):
+- memory: weights and a spec workspace come off the static fraction; what
+  is left holds KV tokens and, on hybrid (linear attention) models, one
+  recurrent-state slot per running request whose cost grows with the draft
+  tree. Speculation therefore costs KV tokens *and* running requests.
+- decode: one iteration = draft steps + one verify forward of batch x draft
+  tokens. MoE verify cost saturates as more tokens touch more experts, then
+  grows with compute; draft cost grows with batch x topk.
+- acceptance: a chain of per-depth guesses, widened by topk within the
+  draft-token budget; greedy repetitive text is accepted more than natural text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from autotune.sim.profiles import Acceptance, Profile
+
+GiB = float(1 << 30)
+SPEC_DEFAULT_MAX_RUNNING = 48
+AUTO_KNOBS = (3, 1, 4)  # SGLang's choice when only the algorithm is given
+CHUNKED_PREFILL_SIZE = 8192
+MAX_PREFILL_TOKENS = 16384
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
+ALGORITHMS = (*EAGLE_FAMILY, "NGRAM")
+WORKLOADS = ("greedy", "natural")
+# Natural replies end at EOS: a log-normal length (median, sigma), cut at max_tokens.
+NATURAL_MEDIAN_TOKENS = 180.0
+NATURAL_SIGMA = 0.85
+
+DRAFT_ADJUSTED_WARNING = (
+    "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
+    "when speculative_eagle_topk == 1"
+)
+MAX_RUNNING_RESET_WARNING = (
+    "Max running requests is reset to 48 for speculative decoding. You can override "
+    "this by explicitly setting --max-running-requests."
+)
+OVERLAP_WARNING = (
+    "Overlap scheduler is disabled because of using eagle3 or standalone speculative decoding."
+)
+OOM_MESSAGE = "Not enough memory. Please try to increase --mem-fraction-static."
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """The launch flags the model cares about, as given (None = not given)."""
+
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    speculative_eagle_topk: int | None = None
+    speculative_num_draft_tokens: int | None = None
+    max_running_requests: int | None = None
+    mem_fraction_static: float | None = None
+    cuda_graph_max_bs: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Spec:
+    """Resolved knobs; steps == 0 means speculation is off."""
+
+    steps: int = 0
+    topk: int = 1
+    draft: int = 1
+
+    @property
+    def on(self) -> bool:
+        return self.steps > 0
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What the server really runs: resolved knobs and the capacity it found."""
+
+    algorithm: str | None
+    spec: Spec
+    max_running_requests: int
+    max_total_num_tokens: int
+    mem_fraction_static: float
+    cuda_graph_max_bs: int
+    context_len: int
+    available_gpu_mem: float
+    kv_size_gb: float  # K size (V is the same)
+    warnings: tuple[str, ...] = ()
+    # Failures that only show after the weights are loaded (graph capture).
+    late_failure: Refusal | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A config the server refuses; `stage` says when in the startup it dies."""
+
+    stage: str  # "args" (before loading) | "memory" (KV allocation) | "graph" (capture)
+    exception: str  # e.g. "AssertionError", "RuntimeError"
+    message: str
+    frames: tuple[tuple[str, str], ...] = field(default=())  # (location, code) traceback tail
+
+    @property
+    def reason(self) -> str:
+        return f"{self.exception}: {self.message}" if self.message else self.exception
+
+
+# -- launch -> resolved -------------------------------------------------------
+def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
+    """Apply SGLang's argument rules and size the memory pools, or refuse."""
+    warnings: list[str] = []
+    algorithm = launch.speculative_algorithm.upper() if launch.speculative_algorithm else None
+    spec = Spec()
+    max_running = launch.max_running_requests
+    if algorithm is not None:
+        if algorithm == "NEXTN":
+            algorithm = "EAGLE"
+        steps = launch.speculative_num_steps
+        topk = launch.speculative_eagle_topk
+        draft = launch.speculative_num_draft_tokens
+        if steps is None:
+            if topk is not None or draft is not None:
+                return _assertion()
+            steps, topk, draft = AUTO_KNOBS
+        if topk is None or draft is None:
+            # SGLang fills a missing knob from its auto choice before the checks.
+            topk = AUTO_KNOBS[1] if topk is None else topk
+            draft = steps + 1 if draft is None else draft
+        for name, v in (
+            ("speculative_num_steps", steps),
+            ("speculative_eagle_topk", topk),
+            ("speculative_num_draft_tokens", draft),
+        ):
+            if v < 1:
+                return Refusal("args", "ValueError", f"{name} must be positive, got {v}")
+        if max_running is None:
+            max_running = SPEC_DEFAULT_MAX_RUNNING
+            warnings.append(MAX_RUNNING_RESET_WARNING)
+        warnings.append(OVERLAP_WARNING)
+        if topk == 1 and draft != steps + 1:
+            warnings.append(DRAFT_ADJUSTED_WARNING)
+            draft = steps + 1
+        spec = Spec(steps, topk, draft)
+    mfs = launch.mem_fraction_static or profile.default_mem_fraction
+    cap = max_running if max_running is not None else profile.nospec_max_running
+    graph_bs = min(launch.cuda_graph_max_bs or profile.default_graph_bs, cap)
+    pools = capacity(profile, spec, mfs, cap, graph_bs)
+    if isinstance(pools, Refusal):
+        return pools
+    kv_tokens, running = pools
+    late = None
+    if spec.on and spec.draft > spec.steps * spec.topk + 1:
+        late = _tree_too_small(spec)
+    return Resolved(
+        algorithm=algorithm,
+        spec=spec,
+        max_running_requests=running,
+        max_total_num_tokens=kv_tokens,
+        mem_fraction_static=mfs,
+        cuda_graph_max_bs=graph_bs,
+        context_len=profile.context_len,
+        # What graphs and buffers leave of the non-static share; 0.531 makes the
+        # default profile print the 7.41 GB its real deployment printed.
+        available_gpu_mem=round(profile.gpu_mem_gb * (1.0 - mfs) * 0.531, 2),
+        kv_size_gb=round(kv_tokens * profile.kv_bytes_per_token / 2 / GiB, 2),
+        warnings=tuple(warnings),
+        late_failure=late,
+    )
+
+
+def capacity(
+    profile: Profile, spec: Spec, mem_fraction: float, max_running: int, graph_bs: int
+) -> tuple[int, int] | Refusal:
+    """(max_total_num_tokens, max_running_requests) or an out-of-memory refusal.
+
+    `max_running` is the requested (or defaulted) cap; `graph_bs` sizes the
+    speculative workspace that is carved out before the pools.
+    """
+    rest_gb = mem_fraction * profile.gpu_mem_gb - profile.weights_gb - profile.overhead_gb
+    unit = float(profile.kv_bytes_per_token)
+    tree = 0
+    if spec.on:
+        rest_gb -= profile.draft_weights_gb
+        unit *= 1.0 + profile.draft_kv_fraction
+        tree = spec.steps * spec.topk + spec.draft
+    pool = rest_gb * GiB / unit - graph_bs * tree * profile.workspace_tokens
+    if pool <= 0:
+        return _oom(mem_fraction)
+    slot = profile.slot_tokens
+    if profile.state_tokens > 0:
+        # Hybrid (linear attention) models: every running request holds a recurrent
+        # state slot, plus a snapshot per drafted token to roll rejected ones back.
+        # The pool plans one slot per `slot` KV tokens unless a smaller cap was asked
+        # for, so a bigger tree costs KV tokens and running requests together.
+        state = profile.state_tokens + profile.state_spec_tokens * tree
+        if max_running * (slot + state) <= pool:
+            running = max_running
+            kv = pool - running * state
+        else:
+            kv = pool * slot / (slot + state)
+            running = int(kv // slot)
+    else:
+        # Pure attention: requests cost only the KV they use; the cap is the limit.
+        kv = pool
+        running = min(max_running, int(kv // slot))
+    # Verify and draft tokens share the KV pool: SGLang keeps room for a full tree
+    # per request slot it plans for (engine-facts: max_reqs*steps*topk + max_reqs*draft).
+    if spec.on:
+        kv -= max_running * tree + 100
+    if kv < 1 or running < 1:
+        return _oom(mem_fraction)
+    return int(kv), running
+
+
+def _assertion() -> Refusal:
+    return Refusal(
+        "args",
+        "AssertionError",
+        "",
+        (
+            ("sglang/srt/server_args.py, in __post_init__", "self._handle_speculative_decoding()"),
+            (
+                "sglang/srt/server_args.py, in _handle_speculative_decoding",
+                "assert (\n            self.speculative_eagle_topk is None\n"
+                "            and self.speculative_num_draft_tokens is None\n        )",
+            ),
+        ),
+    )
+
+
+def _oom(mem_fraction: float) -> Refusal:
+    return Refusal(
+        "memory",
+        "RuntimeError",
+        f"{OOM_MESSAGE} Current value: mem_fraction_static={mem_fraction}",
+        (
+            ("sglang/srt/model_executor/model_runner.py, in initialize", "self.init_memory_pool("),
+            (
+                "sglang/srt/model_executor/model_runner.py, in init_memory_pool",
+                "raise RuntimeError(",
+            ),
+        ),
+    )
+
+
+def _tree_too_small(spec: Spec) -> Refusal:
+    limit = spec.steps * spec.topk + 1
+    return Refusal(
+        "graph",
+        "RuntimeError",
+        "Capture cuda graph failed: the draft tree has at most speculative_num_steps * "
+        f"speculative_eagle_topk + 1 = {limit} tokens, but speculative_num_draft_tokens = "
+        f"{spec.draft}",
+        (
+            ("sglang/srt/speculative/eagle_worker.py, in __init__", "self.init_cuda_graphs()"),
+            (
+                "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py, in capture",
+                "CudaGraphRunner.capture(self)",
+            ),
+        ),
+    )
+
+
+# -- acceptance ---------------------------------------------------------------
+def accept_dist(profile: Profile, spec: Spec, workload: str) -> tuple[float, ...]:
+    """P(tokens emitted per verify step = 1, 2, ...): the bonus token counts."""
+    if not spec.on:
+        return (1.0,)
+    acc = profile.greedy if workload == "greedy" else profile.natural
+    return _accept_dist(acc, spec.steps, spec.topk, spec.draft)
+
+
+def accept_length(profile: Profile, spec: Spec, workload: str) -> float:
+    return _mean(accept_dist(profile, spec, workload))
+
+
+@lru_cache(maxsize=8192)
+def _accept_dist(acc: Acceptance, steps: int, topk: int, draft: int) -> tuple[float, ...]:
+    depth = min(steps, draft - 1)
+    if depth <= 0:
+        return (1.0,)
+    alphas = [acc.first * acc.decay ** (j**acc.shape) for j in range(depth)]
+    widths = [1] * depth
+    q = list(alphas)
+
+    def widened(j: int, w: int) -> float:
+        return 1.0 - (1.0 - alphas[j]) * acc.width_miss ** math.log2(w)
+
+    # Spare draft tokens go where a best-first tree would put them: to the
+    # depth whose extra candidate adds the most expected accepted tokens.
+    for _ in range(min(draft - 1, steps * topk) - depth):
+        reach = []
+        p = 1.0
+        for j in range(depth):
+            p *= q[j]
+            reach.append(p)
+        tail = 0.0
+        best_gain, best_j = 0.0, -1
+        for j in range(depth - 1, -1, -1):
+            tail += reach[j]
+            if widths[j] >= topk:
+                continue
+            gain = (widened(j, widths[j] + 1) / q[j] - 1.0) * tail
+            if gain > best_gain:
+                best_gain, best_j = gain, j
+        if best_j < 0:
+            break
+        widths[best_j] += 1
+        q[best_j] = widened(best_j, widths[best_j])
+    dist = []
+    reach_p = 1.0
+    for j in range(depth):
+        dist.append(reach_p * (1.0 - q[j]))
+        reach_p *= q[j]
+    dist.append(reach_p)
+    return tuple(dist)
+
+
+def _mean(dist: Sequence[float]) -> float:
+    return sum((i + 1) * p for i, p in enumerate(dist))
+
+
+def accept_rate(spec: Spec, length: float) -> float:
+    """Share of drafted depth that was accepted, as the decode log reports it."""
+    return (length - 1.0) / spec.steps if spec.on else 0.0
+
+
+# -- time ----------------------------------------------------------------------
+def iteration_time(profile: Profile, spec: Spec, batch: int, kv_tokens: float) -> float:
+    """Seconds of one decode iteration for `batch` requests reading `kv_tokens` of KV."""
+    if batch <= 0:
+        return 0.0
+    n = batch * spec.draft if spec.on else batch
+    t = (
+        profile.t_fixed
+        + profile.t_experts * (1.0 - (1.0 - profile.expert_share) ** n)
+        + profile.t_token * n
+        + profile.t_kv * kv_tokens / 1000.0
+        + profile.t_batch * batch
+    )
+    if spec.on:
+        draft_step = profile.t_draft + profile.t_draft_token * batch * spec.topk
+        extend = profile.t_draft + profile.t_draft_token * n
+        t += spec.steps * draft_step + extend + profile.t_spec
+        if spec.topk > 1:
+            t += profile.t_tree
+    return t / 1000.0
+
+
+def prefill_time(profile: Profile, tokens: int) -> float:
+    """Seconds of one prefill batch of `tokens` new tokens (chunked: linear in tokens)."""
+    if tokens <= 0:
+        return 0.0
+    return (profile.t_prefill_fixed + profile.t_prefill_token * tokens) / 1000.0
+
+
+# -- output lengths -----------------------------------------------------------
+@lru_cache(maxsize=256)
+def output_length_pmf(workload: str, max_tokens: int) -> tuple[float, ...]:
+    """P(output length = 1..max_tokens)."""
+    if workload == "greedy" or max_tokens <= 1:
+        return (0.0,) * (max_tokens - 1) + (1.0,)
+    mu = math.log(NATURAL_MEDIAN_TOKENS)
+    s = NATURAL_SIGMA * math.sqrt(2.0)
+
+    def cdf(x: float) -> float:
+        return 0.5 * (1.0 + math.erf((math.log(x) - mu) / s))
+
+    pmf = [cdf(1.5)]
+    pmf += [cdf(n + 0.5) - cdf(n - 0.5) for n in range(2, max_tokens)]
+    pmf.append(1.0 - cdf(max_tokens - 0.5))
+    return tuple(pmf)
+
+
+def sample_output_length(u: float, workload: str, max_tokens: int) -> int:
+    """Inverse-CDF draw from `output_length_pmf` given a uniform `u` in [0, 1)."""
+    if workload == "greedy" or max_tokens <= 1:
+        return max(1, max_tokens)
+    x = math.exp(math.log(NATURAL_MEDIAN_TOKENS) + NATURAL_SIGMA * _norm_ppf(u))
+    return max(1, min(max_tokens, round(x)))
+
+
+def _norm_ppf(u: float) -> float:
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(min(max(u, 1e-12), 1.0 - 1e-12))
+
+
+@lru_cache(maxsize=8192)
+def _steps_to_emit(dist: tuple[float, ...], m_max: int) -> tuple[float, ...]:
+    """E[verify steps to emit m tokens] for m = 0..m_max (the last step is cut short)."""
+    e = [0.0] * (m_max + 1)
+    for m in range(1, m_max + 1):
+        acc = 1.0
+        for i, p in enumerate(dist):
+            k = m - i - 1
+            if k > 0:
+                acc += p * e[k]
+        e[m] = acc
+    return tuple(e)
+
+
+@lru_cache(maxsize=512)
+def _length_moments(workload: str, max_tokens: int) -> tuple[float, float]:
+    pmf = output_length_pmf(workload, max_tokens)
+    m1 = sum((i + 1) * p for i, p in enumerate(pmf))
+    m2 = sum((i + 1) ** 2 * p for i, p in enumerate(pmf))
+    return m1, m2
+
+
+def expected_decode_steps(dist: tuple[float, ...], workload: str, max_tokens: int) -> float:
+    """Mean decode iterations per request (prefill emits the first token)."""
+    pmf = output_length_pmf(workload, max_tokens)
+    e = _steps_to_emit(dist, max_tokens - 1)
+    return sum(p * e[i] for i, p in enumerate(pmf) if p)
+
+
+# -- steady state of a closed loop ---------------------------------------------
+def predict_level(
+    profile: Profile,
+    resolved: Resolved,
+    concurrency: int,
+    workload: str = "greedy",
+    max_tokens: int = 256,
+    input_len: int = 200,
+) -> dict[str, float | int | bool]:
+    """Noise-free steady state of `concurrency` clients sending back-to-back requests.
+
+    Every running request decodes in every iteration; each finished request
+    is replaced by a new one whose prefill stalls the batch once.
+    """
+    spec = resolved.spec
+    batch = max(1, min(concurrency, resolved.max_running_requests))
+    dist = accept_dist(profile, spec, workload)
+    length = _mean(dist)
+    mean_out, m2 = _length_moments(workload, max_tokens)
+    steps = expected_decode_steps(dist, workload, max_tokens)
+    ctx = input_len + m2 / (2.0 * mean_out)
+    t_iter = iteration_time(profile, spec, batch, batch * ctx)
+    t_prefill = prefill_time(profile, input_len)
+    cycle = steps * t_iter + batch * t_prefill
+    throughput = batch * mean_out / cycle
+    req_rate = batch / cycle
+    queue_wait = max(0, concurrency - batch) / req_rate
+    return {
+        "concurrency": concurrency,
+        "batch": batch,
+        "output_throughput": round(throughput, 2),
+        "request_throughput": round(req_rate, 4),
+        "accept_length": round(length, 4),
+        "accept_rate": round(accept_rate(spec, length), 4),
+        "iteration_ms": round(t_iter * 1000.0, 3),
+        "tpot_ms": round((cycle - t_prefill) / max(mean_out - 1.0, 1.0) * 1000.0, 3),
+        "ttft_ms": round((queue_wait + t_prefill + t_iter / 2.0) * 1000.0, 2),
+        "mean_output_tokens": round(mean_out, 2),
+        "max_running_requests": resolved.max_running_requests,
+        "max_total_num_tokens": resolved.max_total_num_tokens,
+    }

@@ -1,0 +1,475 @@
+"""Search spaces: `search_spaces/*.yaml` -> Optuna suggestions -> launch-flag values.
+
+A search space is data. Each parameter names the launch flag it sets; its
+bounds may depend on other parameters (draft tokens <= steps * topk + 1), and
+rules say what the engine itself does to a combination, so that the config a
+proposal really becomes is known before anything is deployed.
+
+Encoding for Optuna: multivariate TPE and GP model only parameters whose
+distribution is the same in every trial. A parameter with a dependent bound is
+therefore suggested as its *position* inside the valid range, a float in
+[0, 1] named `<name>_frac`, and mapped to an integer of that range. Every
+proposal is then valid by construction and the sampler still models all knobs
+jointly. The values a trial really ran are recorded by the study code as the
+trial's config; the study parameters are the sampler's coordinates.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import optuna
+import yaml
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+
+from autotune import expr
+from autotune.errors import ConfigError
+
+Value = int | float | str
+Config = dict[str, Value]
+
+FRACTION_SUFFIX = "_frac"
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    flag: str
+    type: Literal["int", "float", "str"]
+    low: expr.Expr | None = None
+    high: expr.Expr | None = None
+    choices: tuple[Value, ...] | None = None
+    value: expr.Expr | None = None
+    log: bool = False
+
+    @property
+    def depends_on(self) -> frozenset[str]:
+        names: set[str] = set()
+        for e in (self.low, self.high, self.value):
+            if e is not None:
+                names |= e.names
+        return frozenset(names)
+
+    @property
+    def fixed(self) -> bool:
+        return self.value is not None
+
+    @property
+    def dependent_range(self) -> bool:
+        return not self.fixed and bool(self.depends_on)
+
+    @property
+    def study_name(self) -> str:
+        return self.name + FRACTION_SUFFIX if self.dependent_range else self.name
+
+
+@dataclass(frozen=True)
+class Rule:
+    why: str
+    when: expr.Expr | None = None
+    set: Mapping[str, expr.Expr] = field(default_factory=dict)
+    require: expr.Expr | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One distinct configuration the space can propose, after the rules."""
+
+    params: Config
+    valid: bool
+    reason: str | None = None
+
+
+class SearchSpace:
+    def __init__(self, source: str, engine: str | None, params: list[Param], rules: list[Rule]):
+        self.source = source
+        self.engine = engine
+        self.params = {p.name: p for p in params}
+        self.rules = rules
+        self.order = _topological_order(source, self.params)
+
+    # -- what the study sees ---------------------------------------------------
+    def distributions(self) -> dict[str, BaseDistribution]:
+        """The sampler's coordinates: the same distributions in every trial."""
+        dists: dict[str, BaseDistribution] = {}
+        for name in self.order:
+            p = self.params[name]
+            if p.fixed:
+                continue
+            if p.dependent_range:
+                dists[p.study_name] = FloatDistribution(0.0, 1.0)
+            elif p.choices is not None:
+                dists[p.study_name] = CategoricalDistribution(p.choices)
+            elif p.type == "int":
+                dists[p.study_name] = IntDistribution(
+                    int(p.low({})),
+                    int(p.high({})),
+                    log=p.log,  # type: ignore[misc]
+                )
+            else:
+                dists[p.study_name] = FloatDistribution(
+                    float(p.low({})),
+                    float(p.high({})),
+                    log=p.log,  # type: ignore[misc]
+                )
+        return dists
+
+    def suggest(self, trial: optuna.Trial) -> dict[str, Any]:
+        """Ask the trial for every coordinate; returns the study params."""
+        out: dict[str, Any] = {}
+        for name, dist in self.distributions().items():
+            if isinstance(dist, CategoricalDistribution):
+                out[name] = trial.suggest_categorical(name, dist.choices)
+            elif isinstance(dist, IntDistribution):
+                out[name] = trial.suggest_int(name, dist.low, dist.high, log=dist.log)
+            else:
+                assert isinstance(dist, FloatDistribution)
+                out[name] = trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+        return out
+
+    def decode(self, study_params: Mapping[str, Any]) -> Config:
+        """Study params -> the config the engine will run (rules' adjustments applied)."""
+        config: Config = {}
+        for name in self.order:
+            p = self.params[name]
+            if p.fixed:
+                config[name] = _cast(p, p.value(config))  # type: ignore[misc]
+            elif p.dependent_range:
+                lo, hi = self._bounds(p, config)
+                config[name] = _from_fraction(float(study_params[p.study_name]), lo, hi, p.log)
+            else:
+                config[name] = study_params[p.study_name]
+        return self.apply_rules(config)
+
+    def encode(self, config: Mapping[str, Value]) -> dict[str, Any]:
+        """A config (e.g. the unit's current flags) -> study params that decode to it."""
+        study: dict[str, Any] = {}
+        known: Config = {}
+        for name in self.order:
+            p = self.params[name]
+            if name not in config:
+                raise KeyError(name)
+            v = _cast(p, config[name])
+            known[name] = v
+            if p.fixed:
+                continue
+            if p.dependent_range:
+                lo, hi = self._bounds(p, known)
+                study[p.study_name] = _to_fraction(int(v), lo, hi, p.log)
+            else:
+                study[p.study_name] = v
+        return study
+
+    def apply_rules(self, config: Config) -> Config:
+        out = dict(config)
+        for rule in self.rules:
+            if rule.set and (rule.when is None or rule.when(out)):
+                for name, e in rule.set.items():
+                    out[name] = _cast(self.params[name], e(out))
+        return out
+
+    def check(self, config: Mapping[str, Value]) -> str | None:
+        """Why `config` is not valid for this space, or None."""
+        for name in self.order:
+            p = self.params[name]
+            v = config.get(name)
+            if v is None:
+                return f"{name} is missing"
+            if p.choices is not None and v not in p.choices and not p.fixed:
+                return f"{name}={v} is not one of {list(p.choices)}"
+            if p.low is not None and p.high is not None:
+                lo, hi = self._bounds(p, config)
+                adjusted = p.name in self._set_by_rules(config)
+                if p.dependent_range and not adjusted and not lo <= v <= hi:  # type: ignore[operator]
+                    return f"{name}={v} is outside [{lo}, {hi}]"
+        for rule in self.rules:
+            applies = rule.require is not None and (rule.when is None or rule.when(config))
+            if applies and not rule.require(config):  # type: ignore[misc]
+                return rule.why
+        return None
+
+    def _set_by_rules(self, config: Mapping[str, Value]) -> set[str]:
+        names: set[str] = set()
+        for rule in self.rules:
+            if rule.set and (rule.when is None or rule.when(config)):
+                names |= set(rule.set)
+        return names
+
+    def _bounds(self, p: Param, config: Mapping[str, Value]) -> tuple[int, int]:
+        lo = int(p.low(config))  # type: ignore[misc]
+        hi = int(p.high(config))  # type: ignore[misc]
+        return lo, max(lo, hi)
+
+    # -- what a person and the simulator see ---------------------------------
+    def flags(self, config: Mapping[str, Value]) -> dict[str, str]:
+        return {self.params[n].flag: _render(config[n]) for n in self.order}
+
+    def key(self, config: Mapping[str, Value]) -> tuple[tuple[str, Value], ...]:
+        """Identity of a config, for recognising one that was measured already."""
+        return tuple((n, config[n]) for n in self.order)
+
+    def enumerate(self) -> list[Candidate]:
+        """Every distinct configuration the space can propose, in a stable order."""
+        seen: dict[tuple[tuple[str, Value], ...], Candidate] = {}
+
+        def walk(i: int, config: Config) -> None:
+            if i == len(self.order):
+                final = self.apply_rules(config)
+                k = self.key(final)
+                if k not in seen:
+                    reason = self.check(final)
+                    seen[k] = Candidate(final, reason is None, reason)
+                return
+            p = self.params[self.order[i]]
+            for v in self._values(p, config):
+                config[p.name] = v
+                walk(i + 1, config)
+            config.pop(p.name, None)
+
+        walk(0, {})
+        return list(seen.values())
+
+    def _values(self, p: Param, config: Config) -> list[Value]:
+        if p.fixed:
+            return [_cast(p, p.value(config))]  # type: ignore[misc]
+        if p.choices is not None:
+            return list(p.choices)
+        if p.type != "int":
+            raise ConfigError(
+                self.source, f"params.{p.name}", "a float range cannot be enumerated; give choices"
+            )
+        lo, hi = self._bounds(p, config)
+        return list(range(lo, hi + 1))
+
+    def size(self) -> int:
+        return len(self.enumerate())
+
+
+# -- mapping a fraction to an integer range ----------------------------------
+def _from_fraction(u: float, lo: int, hi: int, log: bool) -> int:
+    u = min(max(u, 0.0), 1.0)
+    if hi <= lo:
+        return lo
+    if log and lo > 0:
+        v = math.floor(math.exp(math.log(lo) + u * (math.log(hi + 1) - math.log(lo))))
+    else:
+        v = lo + math.floor(u * (hi - lo + 1))
+    return min(max(v, lo), hi)
+
+
+def _to_fraction(v: int, lo: int, hi: int, log: bool) -> float:
+    if hi <= lo:
+        return 0.5
+    v = min(max(v, lo), hi)
+    if log and lo > 0:
+        mid = math.log(math.sqrt(v * (v + 1)))
+        return (mid - math.log(lo)) / (math.log(hi + 1) - math.log(lo))
+    return (v - lo + 0.5) / (hi - lo + 1)
+
+
+def _cast(p: Param, v: Any) -> Value:
+    if p.type == "int":
+        if isinstance(v, float) and not v.is_integer():
+            raise ValueError(f"{p.name}: {v} is not an integer")
+        return int(v)
+    if p.type == "float":
+        return float(v)
+    return str(v)
+
+
+def _render(v: Value) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return repr(v)
+    return str(v)
+
+
+def _topological_order(source: str, params: Mapping[str, Param]) -> list[str]:
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, chain: list[str]) -> None:
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            raise ConfigError(source, f"params.{name}", "cycle: " + " -> ".join([*chain, name]))
+        state[name] = 1
+        for dep in sorted(params[name].depends_on):
+            visit(dep, [*chain, name])
+        state[name] = 2
+        order.append(name)
+
+    for name in params:
+        visit(name, [])
+    return order
+
+
+# -- loading ------------------------------------------------------------------
+_PARAM_KEYS = {"flag", "type", "low", "high", "choices", "value", "log"}
+_RULE_KEYS = {"when", "set", "require", "why"}
+
+
+def load_space(path: str | Path) -> SearchSpace:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(str(path), None, "search-space file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), None, f"not valid YAML: {_yaml_problem(exc)}") from None
+    return space_from_dict(data, str(path))
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{problem} (line {mark.line + 1})" if mark else str(problem)
+
+
+def space_from_dict(data: Any, source: str) -> SearchSpace:
+    if not isinstance(data, dict):
+        raise ConfigError(source, None, "a search space must be a mapping with a 'params' key")
+    unknown = set(data) - {"engine", "params", "rules", "description"}
+    if unknown:
+        problem = "unknown key (expected params, rules, engine)"
+        raise ConfigError(source, sorted(unknown)[0], problem)
+    raw_params = data.get("params")
+    if not isinstance(raw_params, dict) or not raw_params:
+        raise ConfigError(source, "params", "must be a non-empty mapping of parameter name -> spec")
+    names = set(raw_params)
+    params = [_param(source, name, spec, names) for name, spec in raw_params.items()]
+    rules_raw = data.get("rules") or []
+    if not isinstance(rules_raw, list):
+        raise ConfigError(source, "rules", "must be a list")
+    rules = [_rule(source, i, r, names) for i, r in enumerate(rules_raw)]
+    engine = data.get("engine")
+    if engine is not None and not isinstance(engine, str):
+        raise ConfigError(source, "engine", f"must be a string, got {engine!r}")
+    space = SearchSpace(source, engine, params, rules)
+    _smoke_test(space)
+    return space
+
+
+def _param(source: str, name: Any, spec: Any, names: set[str]) -> Param:
+    key = f"params.{name}"
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ConfigError(source, key, "a parameter name must be an identifier (like_this)")
+    if not isinstance(spec, dict):
+        raise ConfigError(source, key, "must be a mapping with at least 'flag'")
+    unknown = set(spec) - _PARAM_KEYS
+    if unknown:
+        raise ConfigError(source, f"{key}.{sorted(unknown)[0]}", "unknown key")
+    flag = spec.get("flag")
+    if not isinstance(flag, str) or not flag.startswith("-") or " " in flag:
+        example = "--" + name.replace("_", "-")
+        raise ConfigError(source, f"{key}.flag", f"must be a launch flag like {example}")
+    ptype = spec.get("type", "int")
+    if ptype not in ("int", "float", "str"):
+        raise ConfigError(source, f"{key}.type", f"must be int, float or str, not {ptype!r}")
+    others = names - {name}
+
+    def parse(k: str) -> expr.Expr | None:
+        if k not in spec:
+            return None
+        v = spec[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+            raise ConfigError(source, f"{key}.{k}", f"must be a number or an expression, not {v!r}")
+        try:
+            return expr.parse(v, others)
+        except expr.ExprError as exc:
+            raise ConfigError(source, f"{key}.{k}", str(exc)) from None
+
+    low, high, value = parse("low"), parse("high"), parse("value")
+    choices = spec.get("choices")
+    log = spec.get("log", False)
+    if not isinstance(log, bool):
+        raise ConfigError(source, f"{key}.log", f"must be true or false, not {log!r}")
+    kinds = sum(x is not None for x in (value, choices)) + (low is not None or high is not None)
+    if kinds != 1:
+        raise ConfigError(source, key, "give exactly one of: low+high, choices, value")
+    if (low is None) != (high is None):
+        raise ConfigError(source, key, "give both low and high")
+    if choices is not None:
+        if not isinstance(choices, list) or not choices:
+            raise ConfigError(source, f"{key}.choices", "must be a non-empty list")
+        ints = all(isinstance(c, int) and not isinstance(c, bool) for c in choices)
+        if ptype == "int" and not ints:
+            raise ConfigError(source, f"{key}.choices", f"must all be integers, got {choices!r}")
+        if len(set(choices)) != len(choices):
+            raise ConfigError(source, f"{key}.choices", "has duplicates")
+        choices = tuple(choices)
+    if low is not None and ptype == "str":
+        raise ConfigError(source, key, "a str parameter takes choices or value, not a range")
+    if low is not None and high is not None and not (low.names or high.names):
+        lo, hi = low({}), high({})
+        if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)) or lo > hi:
+            raise ConfigError(source, key, f"low ({lo}) must be a number <= high ({hi})")
+        if log and lo <= 0:
+            raise ConfigError(source, f"{key}.log", "a log range needs low > 0")
+    dependent = bool((low is not None and low.names) or (high is not None and high.names))
+    if dependent and ptype != "int":
+        raise ConfigError(source, key, "a range that depends on other parameters must be int")
+    return Param(name, flag, ptype, low, high, choices, value, log)
+
+
+def _rule(source: str, i: int, raw: Any, names: set[str]) -> Rule:
+    key = f"rules[{i}]"
+    if not isinstance(raw, dict):
+        raise ConfigError(source, key, "must be a mapping with when/set or require")
+    unknown = set(raw) - _RULE_KEYS
+    if unknown:
+        raise ConfigError(source, f"{key}.{sorted(unknown)[0]}", "unknown key")
+
+    def parse(k: str, v: Any) -> expr.Expr:
+        try:
+            return expr.parse(v, names)
+        except expr.ExprError as exc:
+            raise ConfigError(source, f"{key}.{k}", str(exc)) from None
+
+    when = parse("when", raw["when"]) if "when" in raw else None
+    require = parse("require", raw["require"]) if "require" in raw else None
+    sets_raw = raw.get("set") or {}
+    if not isinstance(sets_raw, dict):
+        raise ConfigError(source, f"{key}.set", "must map parameter names to expressions")
+    sets: dict[str, expr.Expr] = {}
+    for target, e in sets_raw.items():
+        if target not in names:
+            raise ConfigError(source, f"{key}.set.{target}", "is not a parameter of this space")
+        sets[target] = parse(f"set.{target}", e)
+    if not sets and require is None:
+        raise ConfigError(source, key, "a rule needs 'set' (with optional 'when') or 'require'")
+    why = raw.get("why") or (f"violates {require.source}" if require else f"rule {i}")
+    return Rule(str(why), when, sets, require)
+
+
+def _smoke_test(space: SearchSpace) -> None:
+    """Decode the corners of the space once so that a bad expression fails at load time."""
+    dists = space.distributions()
+    corners: list[list[Any]] = []
+    for d in dists.values():
+        if isinstance(d, CategoricalDistribution):
+            corners.append(list(d.choices))
+        elif isinstance(d, IntDistribution):
+            corners.append([d.low, d.high])
+        else:
+            assert isinstance(d, FloatDistribution)
+            corners.append([d.low, d.high])
+    for combo in itertools.islice(itertools.product(*corners), 256):
+        study = dict(zip(dists, combo, strict=True))
+        try:
+            space.check(space.decode(study))
+        except ConfigError:
+            raise
+        except Exception as exc:  # any evaluation error is the file's fault
+            raise ConfigError(
+                space.source, "params", f"cannot evaluate at {study}: {type(exc).__name__}: {exc}"
+            ) from None

@@ -1,0 +1,275 @@
+"""The Optuna side: open or resume a study, propose configs, record results, find duplicates.
+
+Knows nothing about HTTP, SSH or processes: it turns proposals into configs
+(through the search space) and `TrialResult`s into Optuna trials.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.storages import RDBStorage
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import objective
+from autotune.config import Config
+from autotune.errors import AutotuneError
+from autotune.log import get
+from autotune.space import SearchSpace
+
+log = get("autotune.study")
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+#: Study-level user attribute keys.
+STUDY_CONFIG = "autotune_config"
+STUDY_BASELINE = "baseline_enqueued"
+
+#: Trial-level user attribute keys that a reused result copies from the trial measured.
+_COPIED = (
+    "levels",
+    "max_running_requests",
+    "max_total_num_tokens",
+    "accept_length",
+    "failure",
+    "reason",
+    "workload",
+    "server_version",
+)
+
+
+def storage_for(url: str) -> RDBStorage:
+    """An RDB storage that waits for a lock instead of failing (the dashboard may be reading)."""
+    engine_kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        engine_kwargs["connect_args"] = {"timeout": 30}
+    try:
+        return RDBStorage(url, engine_kwargs=engine_kwargs)
+    except Exception as exc:
+        raise AutotuneError(f"cannot open storage {url}: {exc}") from None
+
+
+def make_sampler(cfg: Config) -> optuna.samplers.BaseSampler:
+    s = cfg.study
+    if s.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=s.seed)
+    if s.sampler == "gp":
+        try:
+            import torch  # noqa: F401 - GPSampler needs it; say so before the study starts
+        except ImportError:
+            raise AutotuneError(
+                "study.sampler: gp needs PyTorch; install it with: pip install 'autotune[gp]'"
+            ) from None
+        return optuna.samplers.GPSampler(seed=s.seed, n_startup_trials=s.startup_trials)
+    # One process proposes one trial at a time, so constant liar has nothing to do.
+    return optuna.samplers.TPESampler(
+        n_startup_trials=s.startup_trials, multivariate=True, seed=s.seed, constant_liar=False
+    )
+
+
+def open_study(cfg: Config, *, create: bool = True) -> optuna.Study:
+    storage = storage_for(cfg.study.storage)
+    names = objective.metric_names(cfg.objective, cfg.benchmark.concurrency)
+    if not create:
+        try:
+            return optuna.load_study(
+                study_name=cfg.study.name, storage=storage, sampler=make_sampler(cfg)
+            )
+        except KeyError:
+            raise AutotuneError(
+                f"no study named {cfg.study.name!r} in {cfg.study.storage}"
+            ) from None
+    study = optuna.create_study(
+        storage=storage,
+        study_name=cfg.study.name,
+        sampler=make_sampler(cfg),
+        directions=["maximize"] * len(names),
+        load_if_exists=True,
+    )
+    if len(study.directions) != len(names):
+        raise AutotuneError(
+            f"study {cfg.study.name!r} was created with {len(study.directions)} objective(s) "
+            f"but objective.mode {cfg.objective.mode!r} has {len(names)}; use another study.name"
+        )
+    if study.metric_names != names:
+        study.set_metric_names(names)
+    study.set_user_attr(STUDY_CONFIG, cfg.summary())
+    return study
+
+
+def finished_count(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=FINISHED))
+
+
+def remaining_budget(study: optuna.Study, n_trials: int) -> int:
+    """Trials still to run so that the study holds n_trials finished trials in all."""
+    return max(0, n_trials - finished_count(study))
+
+
+# -- the baseline ----------------------------------------------------------------
+@dataclass(frozen=True)
+class Baseline:
+    """The unit file's own flags, run first so every result has a reference."""
+
+    params: dict[str, Any] | None  # study params to enqueue, or None: run the unit as is
+
+
+def baseline_of(space: SearchSpace, current_flags: Mapping[str, str | None]) -> Baseline:
+    config: dict[str, Any] = {}
+    for name, p in space.params.items():
+        raw = current_flags.get(p.flag)
+        if raw is None:
+            return Baseline(None)
+        try:
+            config[name] = int(raw) if p.type == "int" else float(raw) if p.type == "float" else raw
+        except ValueError:
+            return Baseline(None)
+    config = space.apply_rules(config)
+    if space.check(config) is not None:
+        return Baseline(None)
+    return Baseline(space.encode(config))
+
+
+def enqueue_baseline_once(study: optuna.Study, baseline: Baseline) -> None:
+    if study.user_attrs.get(STUDY_BASELINE) or study.trials:
+        return
+    if baseline.params is not None:
+        study.enqueue_trial(baseline.params, user_attrs={"baseline": True})
+    study.set_user_attr(STUDY_BASELINE, True)
+
+
+def baseline_as_is_pending(study: optuna.Study, baseline: Baseline) -> bool:
+    """True when the baseline is 'the unit unchanged' and has not run yet."""
+    if baseline.params is not None:
+        return False
+    return not any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False))
+
+
+# -- ownership, for recovering trials whose daemon died ---------------------------
+def owner() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "boot_id": _boot_id()}
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _owner_gone(attrs: Mapping[str, Any]) -> bool:
+    o = attrs.get("owner")
+    if not isinstance(o, dict) or o.get("host") != socket.gethostname():
+        return False  # another host's trial: only its own daemon (or a heartbeat) may judge it
+    if o.get("boot_id") != _boot_id():
+        return True
+    pid = o.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def recover_stale(study: optuna.Study) -> list[int]:
+    """Fail RUNNING trials whose owner is gone and enqueue their params again, once."""
+    recovered = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not _owner_gone(t.user_attrs):
+            continue
+        study.tell(t.number, state=TrialState.FAIL)
+        if not t.user_attrs.get("retry_of") and t.params:
+            study.enqueue_trial(
+                dict(t.params),
+                user_attrs={"retry_of": t.number, "baseline": bool(t.user_attrs.get("baseline"))},
+                skip_if_exists=False,
+            )
+        recovered.append(t.number)
+    if recovered:
+        log.warning("recovered trials whose daemon died", trials=recovered)
+    return recovered
+
+
+# -- duplicates --------------------------------------------------------------------
+def find_measured(study: optuna.Study, config: Mapping[str, Any]) -> int | None:
+    """Number of a finished trial that ran the same config (as proposed or as resolved)."""
+    wanted = dict(config)
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get("reused_from") is not None:
+            continue
+        # A proposal the server once adjusted will be adjusted the same way again.
+        if wanted in (t.user_attrs.get("resolved"), t.user_attrs.get("config")):
+            return t.number
+    return None
+
+
+def record_reuse(study: optuna.Study, trial: optuna.Trial, earlier: int) -> FrozenTrial:
+    src = study.trials[earlier]
+    for key in _COPIED:
+        if key in src.user_attrs:
+            trial.set_user_attr(key, src.user_attrs[key])
+    for key, value in src.user_attrs.items():
+        if key.startswith(("output_tok_s@", "accept_length@")):
+            trial.set_user_attr(key, value)
+    trial.set_user_attr("reused_from", earlier)
+    trial.set_user_attr("resolved", src.user_attrs.get("resolved", src.user_attrs.get("config")))
+    feasible = True
+    for key, value in src.constraints.items():
+        trial.set_constraint(key, value)
+        feasible = feasible and value <= 0
+    trial.set_user_attr("feasible", feasible)
+    return study.tell(trial, list(src.values or []))
+
+
+def record(
+    study: optuna.Study, trial: optuna.Trial, score: objective.Score, attrs: Mapping[str, Any]
+) -> FrozenTrial:
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    for key, value in score.constraints.items():
+        trial.set_constraint(key, value)
+    return study.tell(trial, score.values)
+
+
+# -- reading results -----------------------------------------------------------------
+def is_feasible(t: FrozenTrial) -> bool:
+    return t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values())
+
+
+def best_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Best feasible trial(s): one for a single objective, the Pareto front otherwise."""
+    feasible = [t for t in study.get_trials(deepcopy=False) if is_feasible(t)]
+    if not feasible:
+        return []
+    if len(study.directions) == 1:
+        return [max(feasible, key=lambda t: (t.value, -t.number))]
+    front = []
+    for t in feasible:
+        vals = t.values
+        dominated = any(
+            all(o >= v for o, v in zip(other.values, vals, strict=True))
+            and any(o > v for o, v in zip(other.values, vals, strict=True))
+            for other in feasible
+        )
+        if not dominated:
+            front.append(t)
+    return front
+
+
+def trial_config(t: FrozenTrial) -> dict[str, Any]:
+    return dict(t.user_attrs.get("resolved") or t.user_attrs.get("config") or {})
+
+
+def now() -> float:
+    return time.time()

@@ -1,0 +1,298 @@
+"""The pipeline of one trial: unit text -> deploy -> ready -> server info -> benchmark -> score.
+
+This is the only module that wires a deployer, an engine and the load
+generator together. It knows nothing about Optuna: the study code hands it a
+config and gets back a `TrialResult` to record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from autotune import bench, objective, unitfile
+from autotune.config import Config
+from autotune.deploy.base import Deployer
+from autotune.engines.base import Engine, Failure, ServerInfo
+from autotune.errors import ServerFailed
+from autotune.log import get
+from autotune.space import Config as Params
+
+log = get("autotune.trial")
+
+#: Looks up an earlier trial that measured the same resolved config; returns its number.
+FindMeasured = Callable[[Mapping[str, Any]], int | None]
+
+
+@dataclass
+class TrialResult:
+    score: objective.Score
+    attrs: dict[str, Any]
+    unit_text: str
+    server_log: str = ""
+    levels: list[dict[str, Any]] = field(default_factory=list)
+    reused_from: int | None = None
+
+
+class TrialPipeline:
+    def __init__(
+        self,
+        cfg: Config,
+        deployer: Deployer,
+        engine: Engine,
+        base_unit: str,
+        api_key: str | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.deployer = deployer
+        self.engine = engine
+        self.base_unit = base_unit
+        self.api_key = api_key
+        self.workload = bench.load_workload(
+            cfg.benchmark.workload, max_tokens=cfg.benchmark.max_tokens, seed=cfg.study.seed or 0
+        )
+
+    def unit_for(self, params: Params | None) -> str:
+        """The base unit with the trial's flags patched in (the base unit itself for None)."""
+        if params is None:
+            return self.base_unit
+        return unitfile.patch_unit(self.base_unit, self.cfg.space.flags(params))
+
+    def run(self, params: Params | None, find_measured: FindMeasured) -> TrialResult:
+        """Deploy `params` (None = the unit unchanged), wait, measure and score it.
+
+        A config the server refuses or crashes on is a result (infeasible), not
+        an exception. Transport failures (`DeployError`) propagate: they are
+        not the config's fault.
+        """
+        levels = self.cfg.benchmark.concurrency
+        unit_text = self.unit_for(params)
+        attrs: dict[str, Any] = {"workload": self.workload.name}
+        started = time.monotonic()
+        log.info("deploying", target=self.deployer.description, flags=_flags_text(params, self.cfg))
+        self.deployer.deploy(unit_text)
+        try:
+            self.wait_ready()
+            info = asyncio.run(
+                self.engine.server_info(self.cfg.target.base_url, self._param_names(), self.api_key)
+            )
+        except ServerFailed as failed:
+            attrs.update(_failure_attrs(failed.kind, failed.reason))
+            log.warning("server failed", kind=failed.kind, reason=failed.reason)
+            score = objective.unusable(self.cfg.objective, levels, server_up=False)
+            return self._result(score, attrs, unit_text)
+        attrs["startup_s"] = round(time.monotonic() - started, 1)
+        info = _with_logged_capacity(info, self.engine.capacity_from_log(self.deployer.logs()))
+        attrs.update(_info_attrs(info))
+        resolved = {**(params or {}), **info.resolved}
+        attrs["resolved"] = resolved
+        log.info(
+            "server ready",
+            startup_s=attrs["startup_s"],
+            max_running_requests=info.max_running_requests,
+            max_total_num_tokens=info.max_total_num_tokens,
+        )
+
+        earlier = find_measured(resolved)
+        if earlier is not None:
+            log.info("already measured", as_trial=earlier, resolved=resolved)
+            result = self._result(
+                objective.unusable(self.cfg.objective, levels, server_up=True), attrs, unit_text
+            )
+            result.reused_from = earlier
+            return result
+
+        violation = objective.capacity_violation(self.cfg.objective, info.max_running_requests)
+        if violation > 0:
+            reason = (
+                f"max_running_requests {info.max_running_requests} is below the required "
+                f"{self.cfg.objective.constraints.min_running_requests}"
+            )
+            attrs.update(_failure_attrs("capacity", reason))
+            log.info("infeasible: not benchmarked", reason=reason)
+            score = objective.unusable(
+                self.cfg.objective,
+                levels,
+                server_up=True,
+                max_running_requests=info.max_running_requests,
+            )
+            return self._result(score, attrs, unit_text)
+
+        try:
+            results = self._benchmark(info)
+        except ServerFailed as failed:
+            attrs.update(_failure_attrs(failed.kind, failed.reason))
+            log.warning("server failed during benchmark", reason=failed.reason)
+            score = objective.unusable(self.cfg.objective, levels, server_up=False)
+            return self._result(score, attrs, unit_text)
+        per_level = [results[c] for c in levels]
+        attrs["levels"] = per_level
+        for r in per_level:
+            c = r["concurrency"]
+            attrs[f"output_tok_s@c{c}"] = round(float(r["output_throughput"]), 2)
+            if r.get("accept_length") is not None:
+                attrs[f"accept_length@c{c}"] = r["accept_length"]
+        accepts = [r["accept_length"] for r in per_level if r.get("accept_length")]
+        if accepts:
+            attrs["accept_length"] = round(sum(accepts) / len(accepts), 3)
+        score = objective.score(self.cfg.objective, levels, results, info.max_running_requests)
+        result = self._result(score, attrs, unit_text)
+        result.levels = per_level
+        return result
+
+    # -- stages ------------------------------------------------------------------
+    def wait_ready(self) -> None:
+        """Until /health answers 200; fail fast when the process dies; time out."""
+        url = self.cfg.target.base_url + self.engine.health_path()
+        deadline = time.monotonic() + self.cfg.target.ready_timeout
+        started = time.monotonic()
+        next_note = started + 5.0
+        with httpx.Client(timeout=5.0) as client:
+            while True:
+                if not self.deployer.is_running():
+                    text = self.deployer.logs()
+                    failure = self.engine.classify_failure(text, self.deployer.exit_status())
+                    raise ServerFailed(failure.kind, failure.reason, _tail(text))
+                try:
+                    if client.get(url).status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass  # not listening yet: the model is still loading
+                now = time.monotonic()
+                if now > deadline:
+                    text = self.deployer.logs()
+                    reason = f"not ready after {self.cfg.target.ready_timeout:.0f} s"
+                    raise ServerFailed("not_ready", reason, _tail(text))
+                if now >= next_note:
+                    log.info("loading", waited_s=round(now - started), last_log=_last_line(self))
+                    next_note = now + 5.0
+                time.sleep(0.25)
+
+    def _benchmark(self, info: ServerInfo) -> dict[int, dict[str, Any]]:
+        b = self.cfg.benchmark
+        results: dict[int, dict[str, Any]] = {}
+        for i, c in enumerate(b.concurrency, 1):
+            settings = bench.LevelSettings(
+                concurrency=c,
+                min_duration_s=b.min_duration,
+                max_duration_s=b.max_duration,
+                ci_width=b.ci_width,
+                **({"warmup_requests": b.warmup_requests} if b.warmup_requests is not None else {}),
+            )
+            log_before = len(self.deployer.logs())
+            note = _progress_logger(i, len(b.concurrency), c)
+            try:
+                level = asyncio.run(
+                    bench.run_level(
+                        self.cfg.target.base_url,
+                        self.cfg.target.model,
+                        self.workload,
+                        settings,
+                        api_key=self.api_key,
+                        endpoint=b.endpoint,
+                        on_progress=note,
+                    )
+                )
+            except Exception as exc:
+                if not self.deployer.is_running():
+                    text = self.deployer.logs()
+                    raise ServerFailed(
+                        "crash_during_benchmark", _last_error(text) or str(exc), _tail(text)
+                    ) from None
+                raise
+            if not self.deployer.is_running():
+                text = self.deployer.logs()
+                raise ServerFailed("crash_during_benchmark", _last_error(text), _tail(text))
+            row = level.to_dict()
+            row["accept_length"] = self.engine.accept_length_from_log(
+                self.deployer.logs()[log_before:]
+            )
+            results[c] = row
+            log.info(
+                "level done",
+                level=f"{i}/{len(b.concurrency)}",
+                concurrency=c,
+                output_tok_s=round(level.output_throughput, 1),
+                requests=level.requests,
+                accept_length=row["accept_length"],
+            )
+        return results
+
+    def _param_names(self) -> list[str]:
+        return list(self.cfg.space.params)
+
+    def _result(self, score: objective.Score, attrs: dict[str, Any], unit: str) -> TrialResult:
+        attrs["feasible"] = score.feasible
+        return TrialResult(score, attrs, unit, server_log=self.deployer.logs())
+
+
+def _with_logged_capacity(info: ServerInfo, logged: tuple[int | None, int | None]) -> ServerInfo:
+    """Older SGLang builds report the configured max_running_requests over HTTP even when
+    memory allowed fewer; the scheduler's startup line has the real cap. Trust the lower."""
+    tokens, running = logged
+    if running is not None and (
+        info.max_running_requests is None or running < info.max_running_requests
+    ):
+        info = dataclasses.replace(info, max_running_requests=running)
+    if info.max_total_num_tokens is None and tokens is not None:
+        info = dataclasses.replace(info, max_total_num_tokens=tokens)
+    return info
+
+
+def _info_attrs(info: ServerInfo) -> dict[str, Any]:
+    return {
+        "max_running_requests": info.max_running_requests,
+        "max_total_num_tokens": info.max_total_num_tokens,
+        "server_version": info.version,
+    }
+
+
+def _failure_attrs(kind: str, reason: str) -> dict[str, Any]:
+    return {"failure": kind, "reason": reason}
+
+
+def _flags_text(params: Params | None, cfg: Config) -> str:
+    if params is None:
+        return "(unit file as is)"
+    return " ".join(f"{f} {v}" for f, v in cfg.space.flags(params).items())
+
+
+def _tail(text: str, n: int = 15) -> str:
+    return "\n".join(text.rstrip().splitlines()[-n:])
+
+
+def _last_line(p: TrialPipeline) -> str:
+    lines = p.deployer.logs().rstrip().splitlines()
+    return lines[-1][-160:] if lines else ""
+
+
+def _last_error(text: str) -> str:
+    for line in reversed(text.splitlines()):
+        if "Error" in line or "error" in line or "Killed" in line:
+            return line.strip()[-300:]
+    return "the server process exited"
+
+
+_PROGRESS_KEYS = ("phase", "elapsed_s", "window_s", "requests", "errors", "tok_s", "ci")
+
+
+def _progress_logger(i: int, n: int, c: int) -> Callable[[dict[str, Any]], None]:
+    last = [0.0]
+
+    def note(p: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 2.0:
+            last[0] = now
+            shown = {k: v for k, v in p.items() if k in _PROGRESS_KEYS and v is not None}
+            log.info("benchmarking", level=f"{i}/{n}", concurrency=c, **shown)
+
+    return note
+
+
+__all__ = ["Failure", "FindMeasured", "TrialPipeline", "TrialResult"]

@@ -1,0 +1,118 @@
+"""The client against autotune's simulated SGLang: its tok/s must match the server's own count."""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import importlib.util
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from autotune.bench import LevelSettings, load_workload, run_level
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("autotune.sim.__main__") is None, reason="autotune.sim not built yet"
+)
+
+SIM_FLAGS = [
+    "--speculative-algorithm", "EAGLE",
+    "--speculative-num-steps", "3",
+    "--speculative-eagle-topk", "1",
+    "--speculative-num-draft-tokens", "4",
+    "--max-running-requests", "64",
+    "--sim-load-time", "0",
+    "--sim-seed", "7",
+]  # fmt: skip
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[str]:
+    port = _free_port()
+    cmd = [sys.executable, "-m", "autotune.sim", "--port", str(port), *SIM_FLAGS]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(url + "/health", timeout=2, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"simulator did not become ready (exit code {proc.poll()})")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def sim_tokens(stats: dict[str, Any], start: float, end: float) -> float:
+    """Output tokens the simulator counted between two monotonic times.
+
+    Its ring holds (monotonic time, cumulative output tokens), sampled at an
+    emission at most every 50 ms; interpolating between samples keeps the edges
+    honest. After the last sample only the final total is known: the tokens
+    of the last < 50 ms, which (with nothing running after the window) all
+    came before the window's end.
+    """
+    ring = stats["ring"]
+    times = [t for t, _ in ring]
+
+    def cumulative(t: float) -> float:
+        i = bisect.bisect_right(times, t)
+        assert i > 0, "window starts before the simulator's ring"
+        if i == len(ring):
+            return float(stats["output_tokens"])
+        (t0, c0), (t1, c1) = ring[i - 1], ring[i]
+        return c0 + (c1 - c0) * (t - t0) / (t1 - t0)
+
+    return cumulative(end) - cumulative(start)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload", ["natural", "greedy"])
+@pytest.mark.parametrize("concurrency", [1, 16, 64])
+def test_throughput_matches_the_simulators_own_counters(
+    sim: str, workload: str, concurrency: int
+) -> None:
+    wl = load_workload(workload, max_tokens=96)
+    settings = LevelSettings(concurrency, min_duration_s=2.5, max_duration_s=4.0, ci_width=0.02)
+    res = asyncio.run(run_level(sim, None, wl, settings))
+    stats = httpx.get(sim + "/sim/stats", timeout=10, trust_env=False).json()
+    truth = sim_tokens(stats, res.window_start_monotonic, res.window_end_monotonic)
+    assert res.errors == 0 and res.usage_source == "usage"
+    assert res.output_throughput == pytest.approx(truth / res.window_s, rel=0.02)
+    assert res.tokens_per_chunk > 1.5, "speculation sends several tokens per chunk"
+
+
+@pytest.mark.slow
+def test_native_generate_reports_per_request_acceptance(sim: str) -> None:
+    wl = load_workload("greedy", max_tokens=96)
+    settings = LevelSettings(8, min_duration_s=2.0, max_duration_s=3.0, ci_width=None)
+    before = httpx.get(sim + "/sim/stats", timeout=10, trust_env=False).json()
+    res = asyncio.run(run_level(sim, None, wl, settings, endpoint="generate"))
+    after = httpx.get(sim + "/sim/stats", timeout=10, trust_env=False).json()
+    assert res.usage_source == "meta_info" and res.accept_length is not None
+    # The simulator's own acceptance over the same requests (warmup included, so loose).
+    steps = after["verify_steps"] - before["verify_steps"]
+    tokens = after["decode_tokens"] - before["decode_tokens"]
+    assert res.accept_length == pytest.approx(tokens / steps, rel=0.1)

@@ -1,0 +1,85 @@
+"""A whole study over real SSH: sshd on 127.0.0.1, the stand-in systemd, the real simulator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from autotune import unitfile
+from tests.deploy.conftest import SshRig
+from tests.e2e import autotune, free_port, sim_unit, status
+from tests.fake_systemd_host import FakeSystemdHost
+
+pytestmark = pytest.mark.slow
+
+UNIT = "sglang-sim.service"
+
+
+def _config(tmp: Path, rig: SshRig, host: FakeSystemdHost, port: int, n_trials: int) -> Path:
+    ssh = rig.settings()
+    config = {
+        "study": {"name": "ssh-e2e", "storage": f"sqlite:///{tmp / 'study.db'}",
+                  "n_trials": n_trials, "seed": 5, "startup_trials": 3},
+        "target": {
+            "deploy": "ssh",
+            "unit": UNIT,
+            "unit_file": str(host.unit_path(UNIT)),
+            "base_url": f"http://127.0.0.1:{port}",
+            "ready_timeout": 60,
+            "ssh": {
+                "host": ssh.host, "port": ssh.port, "user": ssh.user,
+                "key_file": ssh.key_file, "known_hosts": ssh.known_hosts, "use_agent": False,
+                "connect_timeout_s": 5.0, "command_timeout_s": 30.0,
+            },
+            "systemd": {
+                "lock_file": str(host.root / "autotune.lock"),
+                "systemctl": host.systemctl,
+                "journalctl": host.journalctl,
+                "restart_timeout_s": 30.0,
+            },
+        },
+        "search_space": "sglang-mtp.yaml",
+        "benchmark": {"concurrency": [1, 4], "max_tokens": 64, "min_duration": 1.0,
+                      "max_duration": 1.5, "warmup_requests": 1},
+        "objective": {"constraints": {"min_running_requests": 4}},
+    }
+    path = tmp / "autotune.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _served_steps(port: int) -> int:
+    info = httpx.get(f"http://127.0.0.1:{port}/get_server_info", timeout=10).json()
+    return int(info["speculative_num_steps"])
+
+
+def test_study_over_ssh_leaves_best_serving_and_restore_is_byte_identical(
+    world_dir: Path, fake_host: FakeSystemdHost, ssh_rig: SshRig
+) -> None:
+    port = free_port()
+    original = sim_unit(port, "--speculative-num-steps 4 --speculative-eagle-topk 1 "
+                              "--speculative-num-draft-tokens 5")
+    fake_host.install(UNIT, original)
+    config = _config(world_dir, ssh_rig, fake_host, port, n_trials=6)
+
+    proc = autotune("start", "--config", str(config), cwd=world_dir, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    trials = status(config)["trials"]
+    assert len(trials) == 6
+    assert all(t["state"] == "COMPLETE" for t in trials)
+
+    best = json.loads(autotune("best", "--json", "--config", str(config), cwd=world_dir).stdout)
+    deployed = fake_host.unit_path(UNIT).read_text()
+    flags = unitfile.parse_exec_start(deployed).flags()
+    assert int(flags["--speculative-num-steps"]) == best["resolved"]["speculative_num_steps"]
+    assert _served_steps(port) == best["resolved"]["speculative_num_steps"]
+    assert "serving the best config" in proc.stderr
+
+    restored = autotune("restore", "--config", str(config), cwd=world_dir, timeout=200)
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    assert fake_host.unit_path(UNIT).read_bytes() == original.encode()
+    assert _served_steps(port) == 4

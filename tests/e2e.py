@@ -1,0 +1,103 @@
+"""Helpers for end-to-end tests: a study directory with a unit that runs the real simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def sim_unit(port: int, flags: str = "", sim_flags: str = "--sim-load-time 0.2") -> str:
+    """A systemd unit whose ExecStart is the simulator, launched like sglang.launch_server."""
+    return f"""[Unit]
+Description=simulated SGLang for a test
+
+[Service]
+Type=simple
+Environment=PYTHONUNBUFFERED=1
+ExecStart={sys.executable} -m autotune.sim \\
+    --model-path Qwen/Qwen3.5-122B-A10B \\
+    --host 127.0.0.1 --port {port} \\
+    --speculative-algorithm EAGLE {flags} \\
+    {sim_flags}
+Restart=no
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def study_dir(
+    tmp: Path,
+    *,
+    space: str | dict[str, Any] = "sglang-mtp.yaml",
+    n_trials: int = 4,
+    flags: str = "--speculative-num-steps 3 --speculative-eagle-topk 1 "
+    "--speculative-num-draft-tokens 4",
+    sim_flags: str = "--sim-load-time 0.2",
+    concurrency: list[int] | None = None,
+    objective: dict[str, Any] | None = None,
+    sampler: str = "tpe",
+) -> Path:
+    port = free_port()
+    (tmp / "sim.service").write_text(sim_unit(port, flags, sim_flags))
+    config = {
+        "study": {
+            "name": "e2e",
+            "storage": f"sqlite:///{tmp / 'study.db'}",
+            "n_trials": n_trials,
+            "seed": 3,
+            "sampler": sampler,
+            "startup_trials": 3,
+        },
+        "target": {
+            "unit_file": "sim.service",
+            "base_url": f"http://127.0.0.1:{port}",
+            "ready_timeout": 60,
+        },
+        "search_space": space,
+        "benchmark": {
+            "concurrency": concurrency or [1, 4],
+            "workload": "natural",
+            "max_tokens": 64,
+            "min_duration": 1.0,
+            "max_duration": 1.5,
+            "warmup_requests": 1,
+        },
+        "objective": objective or {"constraints": {"min_running_requests": 4}},
+    }
+    path = tmp / "autotune.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def autotune(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AUTOTUNE_LOG_FORMAT": "console"}
+    return subprocess.run(
+        [sys.executable, "-m", "autotune", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+def status(config: Path) -> dict[str, Any]:
+    proc = autotune("status", "--json", "--config", str(config), cwd=config.parent)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)

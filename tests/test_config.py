@@ -1,0 +1,186 @@
+"""Bad input gets one clear line naming file, key and value, and exit code 2 — never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune import cli
+from autotune.config import load_config
+
+REPO = Path(__file__).resolve().parent.parent
+UNIT = (REPO / "examples" / "sglang-sim.service").read_text()
+
+
+def _base() -> dict:
+    return {
+        "study": {"name": "t", "storage": "sqlite:///t.db", "n_trials": 5},
+        "target": {"unit_file": "sim.service", "base_url": "http://127.0.0.1:30000"},
+        "search_space": "sglang-eagle.yaml",
+        "benchmark": {"concurrency": [1, 16]},
+        "objective": {"constraints": {"min_running_requests": 16}},
+    }
+
+
+def _write(tmp_path: Path, data: dict | str, unit: str = UNIT) -> Path:
+    (tmp_path / "sim.service").write_text(unit)
+    path = tmp_path / "autotune.yaml"
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data))
+    return path
+
+
+def _validate(path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = cli.main(["validate", "--config", str(path)])
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+def test_good_config_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["validate", "--config", str(_write(tmp_path, _base()))])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "511 configs" in out
+
+
+def test_demo_config_loads() -> None:
+    cfg = load_config(REPO / "examples" / "demo.yaml")
+    assert cfg.benchmark.concurrency == (1, 16, 64)
+    assert cfg.benchmark.workload == "natural"
+    assert cfg.objective.mode == "geomean"
+    assert cfg.objective.constraints.min_running_requests == 16
+    assert cfg.target.unit_file.is_file()
+
+
+def _set(data: dict, dotted: str, value: object) -> dict:
+    node = data
+    *parents, last = dotted.split(".")
+    for p in parents:
+        node = node.setdefault(p, {})
+    if value is _DELETE:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return data
+
+
+_DELETE = object()
+
+# (key path to change, new value, text the one error line must contain)
+BAD_INPUT = [
+    ("study.n_trials", "ten", "study.n_trials: must be a whole number, got str 'ten'"),
+    ("study.n_trials", 0, "study.n_trials: must be at least 1, got 0"),
+    ("study.sampler", "cmaes", "study.sampler: must be one of tpe, gp, random; got 'cmaes'"),
+    ("study.storage", "autotune.db", "study.storage: must be a URL like sqlite:///autotune.db"),
+    ("study.colour", "blue", "study.colour: unknown key"),
+    ("target.deploy", "kubernetes", "target.deploy: must be one of local-process"),
+    ("target.engine", "tgi", "target.engine: must be one of sglang; got 'tgi'"),
+    ("target.unit_file", "missing.service", "target.unit_file: file not found"),
+    ("target.base_url", "localhost:30000", "target.base_url: must be a URL like http://"),
+    ("target.unit", "sglang", "target.unit: must be a unit name like sglang.service"),
+    ("target.ready_timeout", -5, "target.ready_timeout: must be at least 1"),
+    ("search_space", "nope.yaml", "search_space: file not found"),
+    ("benchmark.concurrency", [1, 0], "benchmark.concurrency: must be a list of positive"),
+    ("benchmark.concurrency", [4, 4], "benchmark.concurrency: has duplicate levels"),
+    ("benchmark.concurrency", "1,16", "benchmark.concurrency: must be a list of positive"),
+    ("benchmark.workload", "poetry", "benchmark.workload: must be natural, greedy, random or"),
+    ("benchmark.max_duration", 0.6, "benchmark.max_duration: (0.6) must be at least min_duration"),
+    ("benchmark.ci_width", 2, "benchmark.ci_width: must be a fraction in (0, 1)"),
+    ("objective.mode", "sum", "objective.mode: must be one of geomean, single, pareto"),
+    ("objective.mode", "single", "objective.level: is required with mode: single"),
+    (
+        "objective.constraints.min_running_requests",
+        -1,
+        "objective.constraints.min_running_requests: must be at least 1",
+    ),
+    ("objective.constraints.max_tpot", 5, "objective.constraints.max_tpot: unknown key"),
+    ("target", ["a"], "target: must be a mapping, got list"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), BAD_INPUT, ids=[b[0] for b in BAD_INPUT])
+def test_bad_config_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], key: str, value: object, expected: str
+) -> None:
+    path = _write(tmp_path, _set(_base(), key, value))
+    code, err = _validate(path, capsys)
+    assert code == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert str(path) in err
+    assert expected in err
+
+
+def test_single_level_must_be_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _set(_set(_base(), "objective.mode", "single"), "objective.level", 64)
+    code, err = _validate(_write(tmp_path, data), capsys)
+    assert code == 2
+    assert "objective.level: 64 is not one of benchmark.concurrency [1, 16]" in err
+
+
+def test_yaml_syntax_error_names_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, "study:\n  name: [unclosed\ntarget: {}\n")
+    code, err = _validate(path, capsys)
+    assert code == 2
+    assert f"{path}: not valid YAML" in err
+    assert "line" in err
+
+
+def test_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _validate(tmp_path / "nope.yaml", capsys)
+    assert code == 2
+    assert err.endswith("nope.yaml: config file not found")
+
+
+def test_missing_search_space_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _validate(_write(tmp_path, _set(_base(), "search_space", _DELETE)), capsys)
+    assert code == 2
+    assert "search_space: is required" in err
+
+
+def test_bad_search_space_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "space.yaml").write_text(
+        "params:\n  steps:\n    flag: --speculative-num-steps\n    low: 1\n    high: topk * 2\n"
+    )
+    code, err = _validate(_write(tmp_path, _set(_base(), "search_space", "space.yaml")), capsys)
+    assert code == 2
+    assert "space.yaml: params.steps.high: unknown name 'topk'" in err
+
+
+def test_inline_search_space(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inline = {
+        "params": {
+            "speculative_num_steps": {"flag": "--speculative-num-steps", "low": 1, "high": 4}
+        }
+    }
+    code = cli.main(
+        ["validate", "--config", str(_write(tmp_path, _set(_base(), "search_space", inline)))]
+    )
+    assert code == 0, capsys.readouterr().err
+
+
+def test_unit_without_exec_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, _base(), unit="[Unit]\nDescription=x\n[Service]\nType=simple\n")
+    code, err = _validate(path, capsys)
+    assert code == 2
+    assert "sim.service" in err
+    assert "ExecStart" in err
+
+
+def test_cli_process_prints_no_traceback(tmp_path: Path) -> None:
+    """The installed command, as a user runs it: one line on stderr, exit 2."""
+    path = _write(tmp_path, _set(_base(), "benchmark.concurrency", [0]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune", "validate", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"autotune: error: {path}: benchmark.concurrency: "
+        "must be a list of positive whole numbers, got [0]"
+    ]

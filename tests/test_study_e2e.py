@@ -1,0 +1,118 @@
+"""Whole studies against the real simulator process, through the real CLI and real SQLite."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e import autotune, status, study_dir
+
+pytestmark = pytest.mark.slow
+
+
+def test_small_study_end_to_end_and_resume(tmp_path: Path) -> None:
+    config = study_dir(tmp_path, n_trials=4)
+    proc = autotune("start", "--config", str(config), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "trial 1/4" in proc.stderr and "trial 4/4" in proc.stderr
+    assert "level done" in proc.stderr  # progress a person can watch
+
+    s = status(config)
+    trials = s["trials"]
+    assert [t["state"] for t in trials] == ["COMPLETE"] * 4
+    assert s["metric_names"] == ["geomean_output_tok_s"]
+    baseline = trials[0]
+    assert baseline["baseline"] is True
+    assert baseline["config"]["speculative_num_steps"] == 3
+    measured = [t for t in trials if t["reused_from"] is None]
+    assert all(t["value"] > 0 for t in measured if t["feasible"])
+
+    best = autotune("best", "--json", "--config", str(config), cwd=tmp_path)
+    assert best.returncode == 0, best.stderr
+    b = json.loads(best.stdout)
+    assert set(b) == {"study", "trial", "params", "resolved", "value", "metrics"}
+    assert b["value"] == max(t["value"] for t in trials if t["feasible"])
+    assert "output_tok_s@c1" in b["metrics"] and "max_running_requests" in b["metrics"]
+
+    # The budget is spent: a second start deploys nothing.
+    again = autotune("start", "--config", str(config), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "budget spent" in again.stderr
+    assert "deploying" not in again.stderr
+    assert len(status(config)["trials"]) == 4
+
+    # Raising the budget continues the same study.
+    more = autotune("start", "--config", str(config), "--n-trials", "5", cwd=tmp_path)
+    assert more.returncode == 0, more.stderr[-3000:]
+    trials = status(config)["trials"]
+    assert len(trials) == 5
+    assert sum(t["baseline"] for t in trials) == 1
+
+
+def test_refused_config_is_an_infeasible_trial(tmp_path: Path) -> None:
+    # Draft tokens above steps * topk + 1 are refused by the server at startup.
+    space = {
+        "params": {
+            "speculative_num_steps": {"flag": "--speculative-num-steps", "choices": [2]},
+            "speculative_eagle_topk": {"flag": "--speculative-eagle-topk", "choices": [2]},
+            "speculative_num_draft_tokens": {
+                "flag": "--speculative-num-draft-tokens",
+                "choices": [4, 9],
+            },
+        }
+    }
+    config = study_dir(
+        tmp_path,
+        space=space,
+        n_trials=5,
+        sampler="random",
+        flags="--speculative-num-steps 2 --speculative-eagle-topk 2 "
+        "--speculative-num-draft-tokens 4",
+    )
+    proc = autotune("start", "--config", str(config), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = status(config)["trials"]
+    refused = [t for t in trials if t["config"].get("speculative_num_draft_tokens") == 9]
+    assert refused, trials
+    for t in refused:
+        assert t["state"] == "COMPLETE"
+        assert t["feasible"] is False
+        assert t["reason"]
+    first = next(t for t in refused if t["reused_from"] is None)
+    assert first["failure"] in ("refused", "crash_on_start")
+    assert trials[0]["feasible"] is True  # the baseline (draft 4) runs fine
+
+
+def test_resolved_duplicates_are_not_benchmarked_twice(tmp_path: Path) -> None:
+    # With topk 1 SGLang runs steps + 1 draft tokens whatever was asked: (2, 1, 3) == (2, 1, 6).
+    space = {
+        "params": {
+            "speculative_num_steps": {"flag": "--speculative-num-steps", "choices": [2]},
+            "speculative_eagle_topk": {"flag": "--speculative-eagle-topk", "choices": [1]},
+            "speculative_num_draft_tokens": {
+                "flag": "--speculative-num-draft-tokens",
+                "choices": [3, 6],
+            },
+        }
+    }
+    config = study_dir(
+        tmp_path,
+        space=space,
+        n_trials=4,
+        sampler="random",
+        flags="--speculative-num-steps 2 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 6",
+    )
+    proc = autotune("start", "--config", str(config), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = status(config)["trials"]
+    measured = [t for t in trials if t["reused_from"] is None]
+    assert len(measured) == 1, trials
+    assert measured[0]["config"]["speculative_num_draft_tokens"] == 3  # as the server resolved it
+    for t in trials:
+        assert t["value"] == measured[0]["value"]
+        assert t["feasible"] == measured[0]["feasible"]
+    assert proc.stderr.count("benchmarking") + proc.stderr.count("level done") > 0
+    assert proc.stderr.count("result reused") == 3
