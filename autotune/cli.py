@@ -40,6 +40,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("autotune: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:
+        if args.verbose:
+            raise
+        print(
+            f"autotune: internal error: {type(exc).__name__}: {exc} "
+            "(run with -v for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
 
     start = add("start", _start, "start or resume a study")
     start.add_argument("--n-trials", type=int, help="the study's total number of trials")
+    start.add_argument(
+        "--until", metavar="HH:MM", help="stop cleanly at this local time (the level finishes)"
+    )
+    start.add_argument(
+        "--max-hours", type=float, metavar="H", help="stop cleanly after this many hours"
+    )
     for name, func, help_ in (
         ("status", _status, "one row per trial"),
         ("best", _best, "the best feasible trial"),
@@ -107,10 +122,17 @@ def _load(args: argparse.Namespace) -> Any:
 
 def _start(args: argparse.Namespace) -> int:
     from autotune import daemon
+    from autotune.log import get
+    from autotune.stopping import StopRequest, deadline_from
 
     cfg = _load(args)
-    summary = daemon.run_study(cfg)
-    from autotune.log import get
+    try:
+        deadline = deadline_from(args.until, args.max_hours)
+    except ValueError as exc:
+        raise AutotuneError(str(exc)) from None
+    stop = StopRequest()
+    stop.install_signal_handlers()
+    summary = daemon.run_study(cfg, stop=stop, deadline=deadline)
 
     log = get("autotune")
     if summary.best:
@@ -122,8 +144,14 @@ def _start(args: argparse.Namespace) -> int:
         )
     else:
         log.warning("no feasible trial yet")
+    if summary.stopped:
+        log.warning(
+            "study stopped before its budget",
+            reason=summary.stopped,
+            hint="autotune start resumes it",
+        )
     log.info(
-        "study finished",
+        "study finished" if summary.budget_spent else "study paused",
         study=summary.study,
         finished=summary.finished,
         ran_now=summary.ran,

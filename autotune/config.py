@@ -48,6 +48,7 @@ class TargetConfig:
     deploy: str = "local-process"
     base_url: str = "http://127.0.0.1:30000"
     ready_timeout: float = 900.0
+    infra_timeout: float = 3600.0
     api_key_env: str | None = None
     model: str | None = None
     ssh: Mapping[str, Any] = field(default_factory=dict)
@@ -277,6 +278,7 @@ def _target(s: _Section, base_dir: Path) -> TargetConfig:
         deploy=deploy,
         base_url=base_url.rstrip("/"),
         ready_timeout=s.number("ready_timeout", 900.0, minimum=1),
+        infra_timeout=s.number("infra_timeout", 3600.0, minimum=0),
         api_key_env=s.str("api_key_env"),
         model=s.str("model"),
         ssh=dict(ssh or {}),

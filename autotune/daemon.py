@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,12 +12,15 @@ import optuna
 
 from autotune import objective, unitfile
 from autotune import study as st
+from autotune.artifacts import artifact_dir, upload_trial
 from autotune.config import Config
 from autotune.deploy.base import Deployer
 from autotune.engines import get_engine
 from autotune.errors import AutotuneError, ConfigError, DeployError, ServerFailed
+from autotune.locking import StudyLock
 from autotune.log import get
-from autotune.trial import TrialPipeline
+from autotune.stopping import StopRequest, TrialInterrupted
+from autotune.trial import FindMeasured, TrialPipeline, TrialResult
 
 log = get("autotune")
 
@@ -30,6 +34,7 @@ class StudySummary:
     reused: int
     best: dict[str, Any] | None
     budget_spent: bool
+    stopped: str | None = None
 
 
 def check_unit(
@@ -59,21 +64,35 @@ def api_key(cfg: Config) -> str | None:
     return key
 
 
-def run_study(cfg: Config) -> StudySummary:
-    study = st.open_study(cfg)
-    st.recover_stale(study)
-    total = cfg.study.n_trials
-    remaining = st.remaining_budget(study, total)
-    if remaining == 0:
-        log.info(
-            "budget spent: nothing to deploy",
-            study=cfg.study.name,
-            finished=st.finished_count(study),
-            n_trials=total,
-            hint="raise --n-trials to continue this study",
-        )
-        return _summary(cfg, study, ran=0, deployed=0, reused=0, spent=True)
+def run_study(
+    cfg: Config, *, stop: StopRequest | None = None, deadline: float | None = None
+) -> StudySummary:
+    """Run the study until its budget is spent, a stop is requested or the deadline passes."""
+    stop = stop or StopRequest()
+    with StudyLock(cfg.study.storage, cfg.study.name):
+        study = st.open_study(cfg)
+        st.recover_stale(study)
+        total = cfg.study.n_trials
+        if st.remaining_budget(study, total) == 0:
+            log.info(
+                "budget spent: nothing to deploy",
+                study=cfg.study.name,
+                finished=st.finished_count(study),
+                n_trials=total,
+                hint="raise --n-trials to continue this study",
+            )
+            return _summary(cfg, study, ran=0, deployed=0, reused=0, spent=True)
+        if deadline is not None:
+            stop.stop_at(deadline, "deadline reached (--until / --max-hours)")
+        try:
+            return _run_with_deployer(cfg, study, stop, total)
+        finally:
+            stop.cancel()
 
+
+def _run_with_deployer(
+    cfg: Config, study: optuna.Study, stop: StopRequest, total: int
+) -> StudySummary:
     deployer = make_deployer(cfg)
     try:
         deployer.preflight()
@@ -82,9 +101,8 @@ def run_study(cfg: Config) -> StudySummary:
         baseline = st.baseline_of(cfg.space, current)
         st.enqueue_baseline_once(study, baseline)
         pipeline = TrialPipeline(
-            cfg, deployer, get_engine(cfg.target.engine), base_unit, api_key(cfg)
+            cfg, deployer, get_engine(cfg.target.engine), base_unit, api_key(cfg), stop
         )
-        ran = deployed = reused = 0
         log.info(
             "study",
             study=cfg.study.name,
@@ -94,29 +112,132 @@ def run_study(cfg: Config) -> StudySummary:
             space=f"{cfg.space_source} ({cfg.space.size()} configs)",
         )
         try:
-            while st.remaining_budget(study, total) > 0:
-                number = st.finished_count(study) + 1
-                outcome = _one_trial(cfg, study, pipeline, baseline, number, total)
-                ran += 1
-                deployed += outcome != "reused-before-deploy"
-                reused += outcome.startswith("reused")
+            ran, deployed, reused = run_trials(
+                cfg,
+                study,
+                pipeline.run,
+                baseline,
+                total,
+                stop=stop,
+                on_infra_error=lambda err: wait_for_infrastructure(cfg, deployer, err, stop),
+            )
         except KeyboardInterrupt:
-            log.warning("interrupted: the running trial is not recorded; finishing the study")
-            finish(cfg, study, deployer, pipeline)
+            log.warning("aborted: putting a known unit in place without waiting for it")
+            abort_to_known_config(cfg, study, deployer, pipeline)
             raise
-        finish(cfg, study, deployer, pipeline)
+        try:
+            finish(cfg, study, deployer, pipeline)
+        except KeyboardInterrupt:
+            log.warning("aborted while finishing: the server is starting the unit just deployed")
+            raise
     finally:
         deployer.close()
-    return _summary(cfg, study, ran=ran, deployed=deployed, reused=reused, spent=True)
+    summary = _summary(
+        cfg,
+        study,
+        ran=ran,
+        deployed=deployed,
+        reused=reused,
+        spent=st.remaining_budget(study, total) == 0,
+    )
+    summary.stopped = stop.reason if stop.requested else None
+    return summary
 
 
-def _one_trial(
+def wait_for_infrastructure(
+    cfg: Config, deployer: Deployer, error: DeployError, stop: StopRequest
+) -> None:
+    """The host or the link is down: wait with backoff until it answers, or give up."""
+    give_up = time.monotonic() + cfg.target.infra_timeout
+    delay = 5.0
+    log.error("deployment failed: not the config's fault; waiting for the host", error=str(error))
+    while True:
+        if stop.requested:
+            raise error
+        if time.monotonic() > give_up:
+            raise AutotuneError(
+                f"the target has been unreachable for {cfg.target.infra_timeout:.0f} s "
+                f"(target.infra_timeout): {error}"
+            ) from None
+        time.sleep(delay)
+        try:
+            deployer.preflight()
+        except DeployError as again:
+            log.warning("target still unreachable", retry_in_s=round(delay), error=str(again))
+            delay = min(delay * 2, 120.0)
+            continue
+        log.info("target reachable again: continuing the study")
+        return
+
+
+def abort_to_known_config(
+    cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: TrialPipeline
+) -> None:
+    """After a second signal: deploy the end-of-study unit, do not wait for it."""
+    if cfg.target.deploy == "local-process" or cfg.study.on_finish == "leave":
+        return
+    try:
+        best = st.best_trials(study)
+        if cfg.study.on_finish == "apply-best" and best:
+            deployer.deploy(unit_of_trial(pipeline, best[0]))
+            log.warning("the best config is starting (not waited for)", trial=best[0].number)
+        else:
+            deployer.restore()
+            log.warning("the original unit is starting (not waited for)")
+    except (DeployError, KeyboardInterrupt) as exc:
+        log.error("could not put a known unit in place", error=str(exc))
+
+
+#: Measures one config (None: the unit as it is); the trial pipeline in production,
+#: the simulator's model in the sample-efficiency benchmark.
+Measure = Callable[[dict[str, Any] | None, FindMeasured], TrialResult]
+
+
+def run_trials(
     cfg: Config,
     study: optuna.Study,
-    pipeline: TrialPipeline,
+    measure: Measure,
+    baseline: st.Baseline,
+    total: int,
+    *,
+    artifacts: bool = True,
+    stop: StopRequest | None = None,
+    on_infra_error: Callable[[DeployError], None] | None = None,
+) -> tuple[int, int, int]:
+    """Propose, measure and record trials until the study holds `total` finished trials.
+
+    A trial cut short by a stop or an infrastructure failure is recorded as
+    FAIL (which neither counts against the budget nor teaches the sampler) and
+    its config is queued again. Returns (trials run, servers deployed, results reused).
+    """
+    stop = stop or StopRequest()
+    ran = deployed = reused = 0
+    while st.remaining_budget(study, total) > 0 and not stop.requested:
+        number = st.finished_count(study) + 1
+        try:
+            outcome = one_trial(cfg, study, measure, baseline, number, total, artifacts=artifacts)
+        except DeployError as err:
+            if on_infra_error is None:
+                raise
+            on_infra_error(err)
+            continue
+        if outcome == "interrupted":
+            break
+        ran += 1
+        deployed += outcome != "reused-before-deploy"
+        reused += outcome.startswith("reused")
+    return ran, deployed, reused
+
+
+def one_trial(
+    cfg: Config,
+    study: optuna.Study,
+    measure: Measure,
     baseline: st.Baseline,
     number: int,
     total: int,
+    *,
+    artifacts: bool = True,
 ) -> str:
     as_is = st.baseline_as_is_pending(study, baseline)
     trial = study.ask()
@@ -147,17 +268,23 @@ def _one_trial(
             )
             return "reused-before-deploy"
     try:
-        result = pipeline.run(params, lambda cfg_: st.find_measured(study, cfg_))
-    except (DeployError, KeyboardInterrupt):
+        with st.Heartbeat(study, trial):
+            result = measure(params, lambda cfg_: st.find_measured(study, cfg_))
+    except TrialInterrupted as stopped:
+        st.fail_and_requeue(study, trial, failure="interrupted", reason=str(stopped))
+        log.warning(
+            "trial interrupted: not recorded, its config is queued again", trial=trial.number
+        )
+        return "interrupted"
+    except DeployError as err:
         # Not the config's fault: the trial must not teach the sampler anything.
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        if trial.params:
-            study.enqueue_trial(
-                trial.params, user_attrs={"retry_of": trial.number}, skip_if_exists=False
-            )
+        st.fail_and_requeue(study, trial, failure="infrastructure", reason=str(err))
         raise
-    except Exception:
-        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    except KeyboardInterrupt:
+        st.fail_and_requeue(study, trial, failure="interrupted", reason="aborted")
+        raise
+    except Exception as exc:
+        st.fail_and_requeue(study, trial, failure="internal_error", reason=repr(exc))
         raise
     if result.reused_from is not None:
         result.attrs.pop("feasible", None)
@@ -170,6 +297,14 @@ def _one_trial(
             reused_from=result.reused_from,
         )
         return "reused-after-deploy"
+    if artifacts:
+        upload_trial(
+            cfg.study.storage,
+            trial,
+            unit_text=result.unit_text,
+            server_log=result.server_log,
+            result={"config": params, **result.attrs},
+        )
     frozen = st.record(study, trial, result.score, result.attrs)
     log.info(
         "trial done",
@@ -222,7 +357,10 @@ def make_deployer(cfg: Config) -> Deployer:
     if t.deploy == "local-process":
         from autotune.deploy.local_process import LocalProcessDeployer
 
-        return LocalProcessDeployer(t.unit_file)
+        # Logs and the pidfile persist beside the study, so a server left by a killed
+        # daemon is found and stopped by the next start.
+        state = artifact_dir(cfg.study.storage) / "local-process"
+        return LocalProcessDeployer(t.unit_file, log_dir=state)
     from autotune.deploy import settings
 
     sd = settings.systemd_settings(t.unit, str(t.unit_file), t.systemd, cfg.source)
@@ -256,7 +394,7 @@ def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: Trial
         log.info("deploying the best config", trial=best[0].number, config=st.trial_config(best[0]))
         deployer.deploy(unit_of_trial(pipeline, best[0]))
         try:
-            pipeline.wait_ready()
+            pipeline.wait_ready(interruptible=False)
             log.info("serving the best config", trial=best[0].number)
             return
         except ServerFailed as failed:
@@ -268,7 +406,7 @@ def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: Trial
         log.warning("no feasible trial: restoring the original unit")
     deployer.restore()
     try:
-        pipeline.wait_ready()
+        pipeline.wait_ready(interruptible=False)
         log.info("serving the original unit")
     except ServerFailed as failed:
         raise AutotuneError(f"the original unit did not come back up: {failed.reason}") from None
@@ -316,11 +454,11 @@ def apply_trial(cfg: Config, number: int | None) -> int:
         pipeline = _pipeline_for(cfg, deployer)
         deployer.deploy(unit_of_trial(pipeline, trial))
         try:
-            pipeline.wait_ready()
+            pipeline.wait_ready(interruptible=False)
         except ServerFailed as failed:
             log.error("the config did not come up; restoring the original", reason=failed.reason)
             deployer.restore()
-            pipeline.wait_ready()
+            pipeline.wait_ready(interruptible=False)
             raise AutotuneError(f"trial {trial.number} did not come up: {failed.reason}") from None
         keep = True
     finally:
@@ -337,7 +475,7 @@ def restore_original(cfg: Config) -> None:
         pipeline = _pipeline_for(cfg, deployer)
         deployer.restore()
         try:
-            pipeline.wait_ready()
+            pipeline.wait_ready(interruptible=False)
         except ServerFailed as failed:
             raise AutotuneError(f"the original unit did not come up: {failed.reason}") from None
         forget = getattr(deployer, "forget_original", None)

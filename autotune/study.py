@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ def storage_for(url: str) -> RDBStorage:
     if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": 30}
     try:
-        return RDBStorage(url, engine_kwargs=engine_kwargs)
+        return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=60, grace_period=300)
     except Exception as exc:
         raise AutotuneError(f"cannot open storage {url}: {exc}") from None
 
@@ -145,10 +146,68 @@ def enqueue_baseline_once(study: optuna.Study, baseline: Baseline) -> None:
 
 
 def baseline_as_is_pending(study: optuna.Study, baseline: Baseline) -> bool:
-    """True when the baseline is 'the unit unchanged' and has not run yet."""
+    """True when the baseline is 'the unit unchanged' and has not run to completion yet."""
     if baseline.params is not None:
         return False
-    return not any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False))
+    return not any(
+        t.user_attrs.get("baseline")
+        for t in study.get_trials(deepcopy=False)
+        if t.state != TrialState.FAIL
+    )
+
+
+def fail_and_requeue(
+    study: optuna.Study, trial: optuna.Trial, *, failure: str, reason: str
+) -> None:
+    """Record a trial that was not the config's fault as FAIL, and queue its config again.
+
+    FAIL trials neither count against n_trials nor teach TPE anything.
+    """
+    trial.set_user_attr("failure", failure)
+    trial.set_user_attr("reason", reason[:500])
+    study.tell(trial, state=TrialState.FAIL)
+    if trial.params:
+        study.enqueue_trial(
+            dict(trial.params),
+            user_attrs={
+                "retry_of": trial.number,
+                "baseline": bool(trial.user_attrs.get("baseline")),
+            },
+            skip_if_exists=False,
+        )
+
+
+class Heartbeat:
+    """Records the running trial's heartbeat so another host can tell it is alive.
+
+    Optuna only beats inside `study.optimize`; autotune drives ask/tell itself.
+    """
+
+    def __init__(self, study: optuna.Study, trial: optuna.Trial) -> None:
+        self.storage = study._storage
+        self.trial_id = trial._trial_id
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> Heartbeat:
+        interval = getattr(self.storage, "heartbeat_interval", None)
+        if interval:
+            self.storage.record_heartbeat(self.trial_id)
+            self._thread = threading.Thread(target=self._beat, args=(interval,), daemon=True)
+            self._thread.start()
+        return self
+
+    def _beat(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            try:
+                self.storage.record_heartbeat(self.trial_id)
+            except Exception as exc:  # a missed beat must not kill the trial
+                log.warning("heartbeat failed", error=str(exc))
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
 
 
 # -- ownership, for recovering trials whose daemon died ---------------------------
@@ -183,11 +242,20 @@ def _owner_gone(attrs: Mapping[str, Any]) -> bool:
 
 
 def recover_stale(study: optuna.Study) -> list[int]:
-    """Fail RUNNING trials whose owner is gone and enqueue their params again, once."""
+    """Fail RUNNING trials whose owner is gone and enqueue their params again, once.
+
+    Owners on this host are judged by pid and boot id at once; trials of other
+    hosts by their heartbeat (stale after the storage's grace period).
+    """
     recovered = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        if not _owner_gone(t.user_attrs):
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    stale_ids: set[int] = set()
+    if getattr(study._storage, "heartbeat_interval", None):
+        stale_ids = set(study._storage._get_stale_trial_ids(study._study_id))
+    for t in running:
+        if not (_owner_gone(t.user_attrs) or t._trial_id in stale_ids):
             continue
+        study._storage.set_trial_user_attr(t._trial_id, "failure", "daemon_died")
         study.tell(t.number, state=TrialState.FAIL)
         if not t.user_attrs.get("retry_of") and t.params:
             study.enqueue_trial(

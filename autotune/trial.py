@@ -23,6 +23,7 @@ from autotune.engines.base import Engine, Failure, ServerInfo
 from autotune.errors import ServerFailed
 from autotune.log import get
 from autotune.space import Config as Params
+from autotune.stopping import StopRequest
 
 log = get("autotune.trial")
 
@@ -48,7 +49,9 @@ class TrialPipeline:
         engine: Engine,
         base_unit: str,
         api_key: str | None = None,
+        stop: StopRequest | None = None,
     ) -> None:
+        self.stop = stop or StopRequest()
         self.cfg = cfg
         self.deployer = deployer
         self.engine = engine
@@ -147,14 +150,20 @@ class TrialPipeline:
         return result
 
     # -- stages ------------------------------------------------------------------
-    def wait_ready(self) -> None:
-        """Until /health answers 200; fail fast when the process dies; time out."""
+    def wait_ready(self, *, interruptible: bool = True) -> None:
+        """Until /health answers 200; fail fast when the process dies; time out.
+
+        `interruptible`: a stop request ends the wait (during a trial); the
+        end-of-study deploy waits regardless, to leave a serving server.
+        """
         url = self.cfg.target.base_url + self.engine.health_path()
         deadline = time.monotonic() + self.cfg.target.ready_timeout
         started = time.monotonic()
         next_note = started + 5.0
         with httpx.Client(timeout=5.0) as client:
             while True:
+                if interruptible:
+                    self.stop.check()
                 if not self.deployer.is_running():
                     text = self.deployer.logs()
                     failure = self.engine.classify_failure(text, self.deployer.exit_status())
@@ -178,11 +187,13 @@ class TrialPipeline:
         b = self.cfg.benchmark
         results: dict[int, dict[str, Any]] = {}
         for i, c in enumerate(b.concurrency, 1):
+            self.stop.check()  # a stop lets the running level finish, never starts the next
             settings = bench.LevelSettings(
                 concurrency=c,
                 min_duration_s=b.min_duration,
                 max_duration_s=b.max_duration,
                 ci_width=b.ci_width,
+                server_slots=info.max_running_requests,
                 **({"warmup_requests": b.warmup_requests} if b.warmup_requests is not None else {}),
             )
             log_before = len(self.deployer.logs())
@@ -199,20 +210,22 @@ class TrialPipeline:
                         on_progress=note,
                     )
                 )
-            except Exception as exc:
+            except bench.LevelFailed as exc:
                 if not self.deployer.is_running():
                     text = self.deployer.logs()
                     raise ServerFailed(
                         "crash_during_benchmark", _last_error(text) or str(exc), _tail(text)
                     ) from None
-                raise
+                # The server is up but did not serve the load properly (errors, timeouts).
+                raise ServerFailed("client_error", str(exc)) from None
             if not self.deployer.is_running():
                 text = self.deployer.logs()
                 raise ServerFailed("crash_during_benchmark", _last_error(text), _tail(text))
             row = level.to_dict()
-            row["accept_length"] = self.engine.accept_length_from_log(
-                self.deployer.logs()[log_before:]
-            )
+            if row.get("accept_length") is None:  # per-request counts beat the log's average
+                row["accept_length"] = self.engine.accept_length_from_log(
+                    self.deployer.logs()[log_before:]
+                )
             results[c] = row
             log.info(
                 "level done",

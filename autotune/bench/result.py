@@ -27,6 +27,10 @@ class LevelSettings:
     """Warmup requests are short: they exist to open connections and wake the
     server, and the steady-state window already excludes the ramp-up."""
     request_timeout_s: float = 300.0
+    server_slots: int | None = None
+    """Requests the server runs at once (its max_running_requests), if known. Above
+    it the rest queue: the window then opens once that many workers stream, and
+    requests still queued when the level stops are cancelled instead of drained."""
     max_error_share: float = 0.05
     """More failed requests than this share of the measured ones fails the level."""
 
@@ -46,8 +50,17 @@ class LevelSettings:
             raise ValueError(f"warmup_max_tokens must be >= 1, got {self.warmup_max_tokens}")
         if self.request_timeout_s <= 0:
             raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.server_slots is not None and self.server_slots < 1:
+            raise ValueError(f"server_slots must be >= 1, got {self.server_slots}")
         if not 0 <= self.max_error_share < 1:
             raise ValueError(f"max_error_share must be in [0, 1), got {self.max_error_share}")
+
+    @property
+    def busy_slots(self) -> int:
+        """How many requests the server decodes at once under this load."""
+        if self.server_slots is None:
+            return self.concurrency
+        return min(self.concurrency, self.server_slots)
 
     @property
     def warmup_count(self) -> int:
@@ -55,8 +68,8 @@ class LevelSettings:
 
 
 WINDOW_DESCRIPTION = (
-    "steady state: from the last worker's first token to the first worker's last "
-    "response after the stop; all {c} slots busy, ramp-up and drain excluded"
+    "steady state: from the moment {busy} requests stream at once to the first "
+    "worker's last response after the stop; ramp-up and drain excluded"
 )
 
 

@@ -41,6 +41,7 @@ ABORT_MIN_ERRORS = 3
 """A dead or refusing server fails the level early: this many errors, over half of all tries."""
 
 _log = log.get("autotune.bench")
+_warned_no_usage: set[str] = set()  # one log warning per server, not one per level
 
 
 class LevelFailed(AutotuneError):
@@ -136,6 +137,8 @@ class _Level:
         self.t_level = perf_counter()
         self.t0 = self.t_level
         self.live = LiveRate(self.t0)
+        self.workers: list[asyncio.Task[None]] = []
+        self.cancelled: set[int] = set()
 
     # -- phases ------------------------------------------------------------------
 
@@ -144,6 +147,7 @@ class _Level:
         self.t0 = perf_counter()
         self.live = LiveRate(self.t0)
         workers = [asyncio.create_task(self._worker(i)) for i in range(self.settings.concurrency)]
+        self.workers = workers
         monitor = asyncio.create_task(self._monitor(workers))
         try:
             pending: set[asyncio.Task[None]] = set(workers)
@@ -251,7 +255,9 @@ class _Level:
         )
         if msg not in self.notes:
             self.notes.append(msg)
-            _log.warning("no usage in stream", detail=msg)
+            if self._where() not in _warned_no_usage:
+                _warned_no_usage.add(self._where())
+                _log.warning("no usage in stream", detail=msg)
 
     def _abort(self, reason: str) -> None:
         if self.abort_reason is None:
@@ -284,16 +290,37 @@ class _Level:
                 ):
                     self.stopping = True
                     self.stop_at = now
+            if self.stopping and self.abort_reason is None:
+                self._cancel_queued()
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY_S
                 self._progress(self._live_status(now, ci))
+
+    def _cancel_queued(self) -> None:
+        """After the stop, drop requests the server still queues (only when C > its slots).
+
+        They have streamed nothing, so nothing of theirs is in the window; and the
+        window ends at the first finish after the stop, before any of them could
+        have started. Draining them would cost (C / slots) request durations.
+        """
+        s = self.settings
+        if s.server_slots is None or s.concurrency <= s.server_slots:
+            return
+        for i, rec in enumerate(self.inflight):
+            if rec is not None and rec.first_token_at is None and i not in self.cancelled:
+                self.cancelled.add(i)
+                self.workers[i].cancel()
 
     def _check_ramp_up(self, now: float) -> None:
         for i, rec in enumerate(self.inflight):
             if self.first_token[i] is None and rec is not None and rec.first_token_at is not None:
                 self.first_token[i] = rec.first_token_at
-        if all(t is not None for t in self.first_token):
-            self.win_start = max(t for t in self.first_token if t is not None)
+        started = sorted(t for t in self.first_token if t is not None)
+        need = self.settings.busy_slots
+        if len(started) >= need:
+            # With C above the server's slots, FIFO admission fills the slots first;
+            # from then on the queue keeps the server saturated.
+            self.win_start = started[need - 1]
         elif now - self.t0 > self.settings.request_timeout_s:
             waiting = sum(t is None for t in self.first_token)
             self._abort(
@@ -366,7 +393,7 @@ class _Level:
             why = _first_error(self.records)
             raise LevelFailed(f"no successful request at concurrency {s.concurrency}: {why}")
         start = self.win_start
-        end = min(self.last_end)
+        end = min(t for i, t in enumerate(self.last_end) if i not in self.cancelled)
         window_s = end - start
         out_tokens = tokens_in(ok, start, end)
         in_tokens = self._input_tokens(ok, start, end)
@@ -421,7 +448,12 @@ class _Level:
             e2e_s_p99=e2e[2],
             latency_requests=len(lat),
             usage_source=source,
-            window=WINDOW_DESCRIPTION.format(c=s.concurrency),
+            window=WINDOW_DESCRIPTION.format(
+                busy=f"all {s.concurrency}"
+                if s.busy_slots == s.concurrency
+                else f"the server's {s.busy_slots} slots (the other "
+                f"{s.concurrency - s.busy_slots} queue)"
+            ),
             degenerate_share=sum(1 for r in ok if is_degenerate(r.text)) / len(ok),
             ci_halfwidth=rel,
             ci_halfwidth_tok_s=hw,

@@ -297,6 +297,11 @@ class _Body(httpx.AsyncByteStream):
 
     async def _read(self, conn: _Conn, n: int) -> bytes:
         try:
+            if conn.reader._buffer:
+                # Bytes already buffered: read() would return without ever
+                # suspending, and a stream that is always ahead would keep the
+                # event loop (other streams, the stopping rule) waiting.
+                await asyncio.sleep(0)
             if self._timeout is None:
                 return await conn.reader.read(n)
             async with asyncio.timeout(self._timeout):

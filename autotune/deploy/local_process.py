@@ -35,6 +35,7 @@ from pathlib import Path
 from types import TracebackType
 
 from autotune.errors import ConfigError, DeployError
+from autotune.log import get
 from autotune.unitfile import (
     ExecStart,
     expand_argv,
@@ -44,6 +45,8 @@ from autotune.unitfile import (
     parse_exec_start,
     service_values,
 )
+
+_log = get("autotune.deploy")
 
 __all__ = ["LocalProcessDeployer"]
 
@@ -127,6 +130,7 @@ class LocalProcessDeployer:
         """
         command = self._prepare(unit_text)
         self.stop()
+        self.stop_leftover()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._write_working_copy(unit_text)
         self._starts += 1
@@ -150,6 +154,7 @@ class LocalProcessDeployer:
                     self.unit_path.name, "ExecStart", f"cannot start {command.executable}: {exc}"
                 ) from exc
         self._log_path = log_path
+        self._write_pidfile(self._proc.pid)
         self._kill_signal = command.kill_signal
         self._unit_stop_timeout = command.stop_timeout
         if not self._atexit_registered:
@@ -194,6 +199,34 @@ class LocalProcessDeployer:
                 if not _wait_group(proc, pgid, _KILL_WAIT):
                     raise DeployError(f"process group {pgid} survived SIGKILL")
         proc.wait()  # reap the main process so its exit status stays readable
+
+    def stop_leftover(self) -> None:
+        """Stop a server that an earlier autotune started here and did not stop (it was killed).
+
+        The pidfile records the group id and the kernel's start time of its
+        leader, so a reused PID is never mistaken for the leftover.
+        """
+        pidfile = self.log_dir / PIDFILE
+        try:
+            pgid, started = (int(x) for x in pidfile.read_text().split())
+        except (OSError, ValueError):
+            return
+        if self._proc is not None and self._proc.pid == pgid:
+            return
+        if _start_time(pgid) == started and _group_alive(pgid):
+            _log.warning("stopping a server left running by an earlier autotune", pgid=pgid)
+            _signal_group(pgid, self._kill_signal)
+            deadline = time.monotonic() + (self._stop_timeout or DEFAULT_STOP_TIMEOUT)
+            while _group_alive(pgid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _group_alive(pgid):
+                _signal_group(pgid, signal.SIGKILL)
+        pidfile.unlink(missing_ok=True)
+
+    def _write_pidfile(self, pid: int) -> None:
+        started = _start_time(pid)
+        if started is not None:
+            (self.log_dir / PIDFILE).write_text(f"{pid} {started}\n")
 
     def restore(self) -> None:
         """Start the user's original unit again."""
@@ -443,3 +476,17 @@ def _wait_group(proc: subprocess.Popen[bytes], pgid: int, timeout: float) -> boo
         if time.monotonic() >= deadline:
             return False
         time.sleep(_POLL)
+
+
+PIDFILE = "server.pid"
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces: split after its closing parenthesis.
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[19])

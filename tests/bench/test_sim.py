@@ -40,8 +40,19 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def sim() -> Iterator[str]:
+    yield from _start_sim(SIM_FLAGS)
+
+
+@pytest.fixture(scope="module")
+def small_sim() -> Iterator[str]:
+    """A server that runs only 8 requests at once: more clients queue."""
+    flags = [f if f != "64" else "8" for f in SIM_FLAGS]
+    yield from _start_sim(flags)
+
+
+def _start_sim(flags: list[str]) -> Iterator[str]:
     port = _free_port()
-    cmd = [sys.executable, "-m", "autotune.sim", "--port", str(port), *SIM_FLAGS]
+    cmd = [sys.executable, "-m", "autotune.sim", "--port", str(port), *flags]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -116,3 +127,22 @@ def test_native_generate_reports_per_request_acceptance(sim: str) -> None:
     steps = after["verify_steps"] - before["verify_steps"]
     tokens = after["decode_tokens"] - before["decode_tokens"]
     assert res.accept_length == pytest.approx(tokens / steps, rel=0.1)
+
+
+@pytest.mark.slow
+def test_more_clients_than_server_slots_measures_the_saturated_server(small_sim: str) -> None:
+    """C above max_running_requests: the window opens when the server's slots stream,
+    and requests still queued at the stop are cancelled rather than drained."""
+    wl = load_workload("natural", max_tokens=96)
+    settings = LevelSettings(
+        32, min_duration_s=2.5, max_duration_s=4.0, ci_width=0.02, server_slots=8
+    )
+    before = httpx.get(small_sim + "/sim/stats", timeout=10, trust_env=False).json()
+    res = asyncio.run(run_level(small_sim, None, wl, settings))
+    stats = httpx.get(small_sim + "/sim/stats", timeout=10, trust_env=False).json()
+    truth = sim_tokens(stats, res.window_start_monotonic, res.window_end_monotonic)
+    assert res.errors == 0
+    assert res.output_throughput == pytest.approx(truth / res.window_s, rel=0.02)
+    assert "8 slots" in res.window
+    aborted = stats["requests"]["aborted"] - before["requests"]["aborted"]
+    assert aborted > 0, "queued requests should have been cancelled at the stop"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import httpx
@@ -10,6 +11,7 @@ import pytest
 import yaml
 
 from autotune import unitfile
+from tests.daemon import Daemon
 from tests.deploy.conftest import SshRig
 from tests.e2e import autotune, free_port, sim_unit, status
 from tests.fake_systemd_host import FakeSystemdHost
@@ -22,8 +24,13 @@ UNIT = "sglang-sim.service"
 def _config(tmp: Path, rig: SshRig, host: FakeSystemdHost, port: int, n_trials: int) -> Path:
     ssh = rig.settings()
     config = {
-        "study": {"name": "ssh-e2e", "storage": f"sqlite:///{tmp / 'study.db'}",
-                  "n_trials": n_trials, "seed": 5, "startup_trials": 3},
+        "study": {
+            "name": "ssh-e2e",
+            "storage": f"sqlite:///{tmp / 'study.db'}",
+            "n_trials": n_trials,
+            "seed": 5,
+            "startup_trials": 3,
+        },
         "target": {
             "deploy": "ssh",
             "unit": UNIT,
@@ -31,9 +38,14 @@ def _config(tmp: Path, rig: SshRig, host: FakeSystemdHost, port: int, n_trials: 
             "base_url": f"http://127.0.0.1:{port}",
             "ready_timeout": 60,
             "ssh": {
-                "host": ssh.host, "port": ssh.port, "user": ssh.user,
-                "key_file": ssh.key_file, "known_hosts": ssh.known_hosts, "use_agent": False,
-                "connect_timeout_s": 5.0, "command_timeout_s": 30.0,
+                "host": ssh.host,
+                "port": ssh.port,
+                "user": ssh.user,
+                "key_file": ssh.key_file,
+                "known_hosts": ssh.known_hosts,
+                "use_agent": False,
+                "connect_timeout_s": 5.0,
+                "command_timeout_s": 30.0,
             },
             "systemd": {
                 "lock_file": str(host.root / "autotune.lock"),
@@ -43,8 +55,13 @@ def _config(tmp: Path, rig: SshRig, host: FakeSystemdHost, port: int, n_trials: 
             },
         },
         "search_space": "sglang-mtp.yaml",
-        "benchmark": {"concurrency": [1, 4], "max_tokens": 64, "min_duration": 1.0,
-                      "max_duration": 1.5, "warmup_requests": 1},
+        "benchmark": {
+            "concurrency": [1, 4],
+            "max_tokens": 64,
+            "min_duration": 1.0,
+            "max_duration": 1.5,
+            "warmup_requests": 1,
+        },
         "objective": {"constraints": {"min_running_requests": 4}},
     }
     path = tmp / "autotune.yaml"
@@ -61,8 +78,10 @@ def test_study_over_ssh_leaves_best_serving_and_restore_is_byte_identical(
     world_dir: Path, fake_host: FakeSystemdHost, ssh_rig: SshRig
 ) -> None:
     port = free_port()
-    original = sim_unit(port, "--speculative-num-steps 4 --speculative-eagle-topk 1 "
-                              "--speculative-num-draft-tokens 5")
+    original = sim_unit(
+        port,
+        "--speculative-num-steps 4 --speculative-eagle-topk 1 --speculative-num-draft-tokens 5",
+    )
     fake_host.install(UNIT, original)
     config = _config(world_dir, ssh_rig, fake_host, port, n_trials=6)
 
@@ -83,3 +102,42 @@ def test_study_over_ssh_leaves_best_serving_and_restore_is_byte_identical(
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert fake_host.unit_path(UNIT).read_bytes() == original.encode()
     assert _served_steps(port) == 4
+
+
+def test_ssh_link_down_longer_than_a_trial_consumes_no_trial(
+    world_dir: Path, fake_host: FakeSystemdHost, ssh_rig: SshRig
+) -> None:
+    port = free_port()
+    fake_host.install(
+        UNIT,
+        sim_unit(
+            port,
+            "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4",
+        ),
+    )
+    config = _config(world_dir, ssh_rig, fake_host, port, n_trials=4)
+    data = yaml.safe_load(config.read_text())
+    data["target"]["ssh"]["reconnect_timeout_s"] = 3.0
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+
+    daemon = Daemon("--config", str(config), cwd=world_dir)
+    try:
+        daemon.wait_for("trial 2/4", "benchmarking", timeout=200)
+        ssh_rig.server.stop()
+        daemon.wait_for("waiting for the host", timeout=120)
+        time.sleep(3)  # down for longer than the client's own reconnect budget
+        ssh_rig.server.start()
+        assert daemon.wait(timeout=300) == 0, daemon.log[-4000:]
+    finally:
+        daemon.kill()
+    assert "target reachable again" in daemon.log
+    trials = status(config)["trials"]
+    complete = [t for t in trials if t["state"] == "COMPLETE"]
+    assert len(complete) == 4
+    assert all(t["failure"] != "infrastructure" for t in complete)
+    failed = [t for t in trials if t["state"] == "FAIL"]
+    assert failed and all(t["failure"] == "infrastructure" for t in failed)
+    # The config whose trial the outage cut short was measured afterwards.
+    assert any(t["params"] == failed[0]["params"] for t in complete)
+    best = json.loads(autotune("best", "--json", "--config", str(config), cwd=world_dir).stdout)
+    assert _served_steps(port) == best["resolved"]["speculative_num_steps"]

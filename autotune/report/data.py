@@ -1,0 +1,227 @@
+"""What the report shows, read out of the study: one row per trial, plus the settings it ran with.
+
+Everything the plots and tables need is computed here, so that `plots` and
+`html` only draw and format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import study as st
+from autotune.config import Config
+
+
+@dataclass(frozen=True)
+class TrialRow:
+    number: int
+    state: str
+    config: dict[str, Any]
+    """As the server ran it (`resolved`), else as proposed."""
+    values: tuple[float, ...] | None
+    feasible: bool
+    baseline: bool
+    reused_from: int | None
+    throughput: dict[int, float]
+    """Output tok/s per concurrency level (empty when nothing was benchmarked)."""
+    levels: dict[int, dict[str, Any]]
+    """The benchmark's per-level results (`LevelResult.to_dict()`), by concurrency."""
+    max_running_requests: int | None
+    failure: str | None
+    reason: str | None
+    violated: dict[str, float]
+    """Constraints above 0, by name."""
+
+    @property
+    def measured(self) -> bool:
+        """Benchmarked by this trial itself (a reused result repeats another trial's)."""
+        return self.reused_from is None and bool(self.throughput)
+
+    @property
+    def deployed(self) -> bool:
+        """This trial started a server (a reused result found before deploying did not)."""
+        return self.reused_from is None
+
+
+@dataclass(frozen=True)
+class LevelBest:
+    """The best feasible config at one concurrency level: a line of the operator's schedule."""
+
+    concurrency: int
+    trial: TrialRow | None
+    baseline_tok_s: float | None
+
+    @property
+    def tok_s(self) -> float | None:
+        return None if self.trial is None else self.trial.throughput[self.concurrency]
+
+    @property
+    def gain(self) -> float | None:
+        """Relative to the baseline at the same level (0.25 = 25 % more tok/s)."""
+        if self.tok_s is None or not self.baseline_tok_s:
+            return None
+        return self.tok_s / self.baseline_tok_s - 1.0
+
+    def level(self, key: str) -> Any:
+        if self.trial is None:
+            return None
+        return self.trial.levels.get(self.concurrency, {}).get(key)
+
+
+@dataclass(frozen=True)
+class StudyData:
+    name: str
+    storage: str
+    metric_names: list[str]
+    knobs: list[str]
+    concurrency: list[int]
+    settings: Mapping[str, Any]
+    """The config summary the study ran with (study user attribute `autotune_config`)."""
+    trials: list[TrialRow]
+    """Finished (COMPLETE) trials, by number."""
+    unfinished: dict[str, int]
+    """Other trials by state: FAIL (not the config's fault), RUNNING, WAITING."""
+    best: list[int]
+    """The best feasible trial, or the feasible Pareto front (`autotune best`)."""
+    n_trials: int
+    min_running_requests: int | None
+    level_sample: dict[str, Any] = field(default_factory=dict)
+    """One measured level's fields that describe the measurement (temperature, ...)."""
+
+    def trial(self, number: int) -> TrialRow:
+        return next(t for t in self.trials if t.number == number)
+
+    @property
+    def baseline(self) -> TrialRow | None:
+        return next((t for t in self.trials if t.baseline and t.reused_from is None), None)
+
+    @property
+    def infeasible(self) -> list[TrialRow]:
+        return [t for t in self.trials if not t.feasible]
+
+    @property
+    def winner(self) -> TrialRow | None:
+        return self.trial(self.best[0]) if self.best else None
+
+
+def load(cfg: Config, study: optuna.Study) -> StudyData:
+    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    unfinished: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.state != TrialState.COMPLETE:
+            unfinished[t.state.name] = unfinished.get(t.state.name, 0) + 1
+    settings = study.user_attrs.get(st.STUDY_CONFIG) or cfg.summary()
+    concurrency = [int(c) for c in settings.get("benchmark", {}).get("concurrency", [])]
+    rows = [trial_row(t) for t in finished]
+    return StudyData(
+        name=study.study_name,
+        storage=cfg.study.storage,
+        metric_names=list(
+            study.metric_names or [f"value {i}" for i in range(len(study.directions))]
+        ),
+        knobs=[p.name for p in cfg.space.params.values() if not p.fixed],
+        concurrency=concurrency or list(cfg.benchmark.concurrency),
+        settings=settings,
+        trials=rows,
+        unfinished=unfinished,
+        best=[t.number for t in st.best_trials(study)],
+        n_trials=int(settings.get("study", {}).get("n_trials", cfg.study.n_trials)),
+        min_running_requests=cfg.objective.constraints.min_running_requests,
+        level_sample=_level_sample(rows),
+    )
+
+
+def trial_row(t: FrozenTrial) -> TrialRow:
+    a = t.user_attrs
+    levels = {int(lv["concurrency"]): dict(lv) for lv in a.get("levels") or []}
+    throughput = {
+        int(key.removeprefix("output_tok_s@c")): float(value)
+        for key, value in a.items()
+        if key.startswith("output_tok_s@c") and value is not None
+    }
+    for c, lv in levels.items():
+        if c not in throughput and lv.get("output_throughput") is not None:
+            throughput[c] = float(lv["output_throughput"])
+    mrr = a.get("max_running_requests")
+    return TrialRow(
+        number=t.number,
+        state=t.state.name,
+        config=st.trial_config(t),
+        values=None if t.values is None else tuple(t.values),
+        feasible=st.is_feasible(t),
+        baseline=bool(a.get("baseline")),
+        reused_from=a.get("reused_from"),
+        throughput=dict(sorted(throughput.items())),
+        levels=levels,
+        max_running_requests=None if mrr is None else int(mrr),
+        failure=a.get("failure"),
+        reason=a.get("reason"),
+        # Only the named constraints: the list form optuna-dashboard reads repeats them as "0", "1".
+        violated={
+            k.removeprefix("constraints:"): float(v)
+            for k, v in t.system_attrs.items()
+            if k.startswith("constraints:") and float(v) > 0
+        },
+    )
+
+
+def best_so_far(data: StudyData) -> list[list[float | None]]:
+    """Per objective, the best feasible value after each finished trial (None before any)."""
+    out: list[list[float | None]] = []
+    for i in range(len(data.metric_names)):
+        best: float | None = None
+        series: list[float | None] = []
+        for t in data.trials:
+            if t.feasible and t.values is not None and (best is None or t.values[i] > best):
+                best = t.values[i]
+            series.append(best)
+        out.append(series)
+    return out
+
+
+def schedule(data: StudyData) -> list[LevelBest]:
+    """The best feasible config at each concurrency level: what to run at which load."""
+    base = data.baseline
+    rows = []
+    for c in data.concurrency:
+        candidates = [t for t in data.trials if t.feasible and t.measured and c in t.throughput]
+        best = max(candidates, key=lambda t: (t.throughput[c], -t.number), default=None)
+        base_tok_s = base.throughput.get(c) if base is not None and base.feasible else None
+        rows.append(LevelBest(c, best, base_tok_s))
+    return rows
+
+
+def short(knob: str) -> str:
+    """A knob's name for labels: SGLang's all start with speculative_."""
+    return knob.removeprefix("speculative_")
+
+
+def knob_values(trials: Sequence[TrialRow], knob: str) -> list[Any]:
+    """The distinct values a knob took, sorted (numbers numerically, others as text)."""
+    values = {t.config[knob] for t in trials if knob in t.config}
+    return sorted(values, key=lambda v: (isinstance(v, str), v if isinstance(v, str) else float(v)))
+
+
+#: Fields of a measured level that describe how it was measured rather than what it measured.
+_MEASUREMENT_FIELDS = (
+    "concurrency",
+    "workload",
+    "endpoint",
+    "temperature",
+    "ignore_eos",
+    "max_tokens",
+    "usage_source",
+    "window",
+)
+
+
+def _level_sample(rows: Sequence[TrialRow]) -> dict[str, Any]:
+    for t in rows:
+        for lv in t.levels.values():
+            return {k: lv[k] for k in _MEASUREMENT_FIELDS if k in lv}
+    return {}

@@ -1,0 +1,406 @@
+"""The report as one self-contained HTML page: inline CSS, plots as data URIs, no scripts.
+
+Every value from the study passes through `esc`: trial attributes hold text
+that came from a server's log.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from autotune.report.data import LevelBest, StudyData, TrialRow, schedule, short
+from autotune.report.units import UnitDiff
+
+#: Section ids, in page order (tests and links rely on them).
+SECTIONS = (
+    "summary",
+    "schedule",
+    "best-so-far",
+    "throughput",
+    "capacity",
+    "winner-unit",
+    "settings",
+    "infeasible",
+    "trials",
+)
+
+
+@dataclass(frozen=True)
+class Plots:
+    best_so_far: str | None
+    throughput: str | None
+    capacity: str | None
+
+
+@dataclass(frozen=True)
+class Page:
+    data: StudyData
+    plots: Plots
+    diff: UnitDiff | None
+    flags: Callable[[Mapping[str, Any]], str]
+    """The launch flags of a config, as they appear in the unit."""
+    workload: str
+    """What the workload sends, in words."""
+    generated: str
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def render(page: Page) -> str:
+    d = page.data
+    parts = [
+        _head(f"autotune report: {d.name}"),
+        f"<h1>autotune report: study <code>{esc(d.name)}</code></h1>",
+        _summary(page),
+        _schedule(page),
+        _plot(
+            "best-so-far",
+            "Best so far",
+            page.plots.best_so_far,
+            "The objective value of every finished trial and the best feasible value after it. "
+            "Grey marks are infeasible trials (triangles on the floor: not benchmarked); "
+            "hollow circles repeat an earlier trial's result.",
+        ),
+        _plot(
+            "throughput",
+            "Output throughput against each knob",
+            page.plots.throughput,
+            "One row per concurrency level; every benchmarked trial. The star is the best "
+            "feasible config at that level, the green ring the baseline.",
+        ),
+        _plot(
+            "capacity",
+            "max_running_requests against each knob",
+            page.plots.capacity,
+            "What each deployed config left the server: speculation costs KV cache and "
+            f"running requests. Below the dashed line (min_running_requests = "
+            f"{d.min_running_requests}) a config is infeasible."
+            if d.min_running_requests is not None
+            else "What each deployed config left the server (no capacity constraint was set).",
+        ),
+        _winner_unit(page.diff),
+        _settings(page),
+        _infeasible(page),
+        _all_trials(page),
+        "</main></body></html>",
+    ]
+    return "\n".join(parts)
+
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#222;margin:0;
+background:#fafafa}
+main{max-width:1060px;margin:0 auto;padding:16px 24px 48px;background:#fff}
+h1{font-size:22px;margin:8px 0 4px}h2{font-size:18px;margin:28px 0 8px;
+border-bottom:1px solid #ddd;padding-bottom:4px}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}
+th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f2f4f7}td.num{text-align:right;font-variant-numeric:tabular-nums}
+code,pre{font:12.5px/1.4 ui-monospace,SFMono-Regular,Menlo,Consolas,monospace}
+pre{background:#f6f8fa;border:1px solid #e1e4e8;padding:8px;overflow-x:auto}
+pre.diff span{display:block}pre.diff .add{background:#e6ffec}pre.diff .del{background:#ffebe9}
+pre.diff .hunk{color:#6f42c1}
+img{max-width:100%;height:auto}.note{color:#555}.bad{color:#b42318}.good{color:#067647}
+.kpi{display:inline-block;margin:4px 18px 4px 0}.kpi b{font-size:18px;display:block}
+"""
+
+
+def _head(title: str) -> str:
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{_CSS}</style></head><body><main>"
+    )
+
+
+def _section(sid: str, title: str, body: str) -> str:
+    return f'<section id="{sid}"><h2>{esc(title)}</h2>{body}</section>'
+
+
+def _summary(page: Page) -> str:
+    d = page.data
+    deployed = sum(t.deployed for t in d.trials)
+    reused = sum(t.reused_from is not None for t in d.trials)
+    kpis = [
+        ("finished trials", f"{len(d.trials)} of {d.n_trials}"),
+        ("servers deployed", deployed),
+        ("results reused", reused),
+        ("feasible", sum(t.feasible for t in d.trials)),
+        ("infeasible", len(d.infeasible)),
+    ]
+    kpis += [(f"{state.lower()} (not counted)", n) for state, n in sorted(d.unfinished.items())]
+    body = "".join(f'<span class="kpi"><b>{esc(v)}</b>{esc(k)}</span>' for k, v in kpis)
+    body += (
+        f'<p class="note">Storage <code>{esc(d.storage)}</code>; '
+        f"generated {esc(page.generated)}.</p>"
+    )
+    winner = d.winner
+    if winner is None:
+        body += '<p class="bad"><b>No feasible trial yet</b>: nothing to apply.</p>'
+    else:
+        values = ", ".join(
+            f"{esc(n)} = {_num(v)}"
+            for n, v in zip(d.metric_names, winner.values or (), strict=False)
+        )
+        body += (
+            f"<p>The study's best feasible trial is <b>trial {winner.number}</b> ({values})"
+            f"{_vs_baseline(d, winner)}: <code>{esc(page.flags(winner.config))}</code>. "
+            "<code>autotune apply</code> deploys it.</p>"
+        )
+        if len(d.best) > 1:
+            body += (
+                f"<p>Pareto front (no trial is better at every level): trials "
+                f"{esc(', '.join(str(n) for n in d.best))}.</p>"
+            )
+    return _section("summary", "Summary", body)
+
+
+def _vs_baseline(d: StudyData, t: TrialRow) -> str:
+    base = d.baseline
+    if base is None or not base.feasible or not base.values or not t.values or base is t:
+        return ""
+    if len(t.values) != 1 or base.values[0] <= 0:
+        return ""
+    gain = t.values[0] / base.values[0] - 1
+    return f", {_pct(gain)} against the baseline (trial {base.number})"
+
+
+def _schedule(page: Page) -> str:
+    d = page.data
+    rows = schedule(d)
+    head = [
+        "concurrency",
+        "best trial",
+        *[short(k) for k in d.knobs],
+        "output tok/s",
+        "vs baseline",
+        "TTFT p50 / p99 ms",
+        "ITL p50 ms",
+        "accept length",
+        "max running",
+    ]
+    body_rows = [_schedule_row(page, r) for r in rows]
+    flags = "\n".join(
+        f"concurrency {r.concurrency:>4}: {page.flags(r.trial.config)}"
+        for r in rows
+        if r.trial is not None
+    )
+    body = (
+        "<p>The best feasible config at each concurrency level: what to run at which load. "
+        "The summary's winner is the best single config for all of them; where the rows "
+        "differ, the load decides.</p>"
+        + _table(head, body_rows)
+        + (f"<p>Their launch flags:</p><pre>{esc(flags)}</pre>" if flags else "")
+    )
+    return _section("schedule", "Which config wins at which load", body)
+
+
+def _schedule_row(page: Page, r: LevelBest) -> list[str]:
+    t = r.trial
+    if t is None:
+        blank = [""] * (len(page.data.knobs) + 6)
+        return [str(r.concurrency), '<span class="bad">no feasible trial</span>', *blank]
+    ttft = f"{_num(r.level('ttft_ms_p50'))} / {_num(r.level('ttft_ms_p99'))}"
+    accept = r.level("accept_length")
+    return [
+        _cell_num(r.concurrency),
+        esc(t.number),
+        *[_cell_num(t.config.get(k, "")) for k in page.data.knobs],
+        _cell_num(_num(r.tok_s)),
+        _cell_num(_pct(r.gain) if r.gain is not None else "—"),
+        _cell_num(ttft),
+        _cell_num(_num(r.level("itl_ms_p50"))),
+        _cell_num(_num(accept, 2) if accept is not None else "—"),
+        _cell_num(t.max_running_requests if t.max_running_requests is not None else "—"),
+    ]
+
+
+def _plot(sid: str, title: str, uri: str | None, caption: str) -> str:
+    if uri is None:
+        return _section(sid, title, '<p class="note">Nothing to plot yet.</p>')
+    img = f'<img src="{uri}" alt="{esc(title)}">'
+    return _section(sid, title, f'<p class="note">{esc(caption)}</p><figure>{img}</figure>')
+
+
+def _winner_unit(diff: UnitDiff | None) -> str:
+    title = "The winning unit file"
+    if diff is None:
+        return _section("winner-unit", title, '<p class="note">No feasible trial yet.</p>')
+    intro = (
+        f"<p>Trial {diff.winner}'s unit ({esc(diff.winner_source)}) against the original "
+        "(what the server ran before the study). Only the speculative-decoding flags differ.</p>"
+    )
+    if not diff.lines:
+        return _section(
+            "winner-unit", title, intro + "<p>The winner is the original unit, unchanged.</p>"
+        )
+    out = []
+    for line in diff.lines:
+        cls = "ctx"
+        if line.startswith("@@"):
+            cls = "hunk"
+        elif line.startswith("+") and not line.startswith("+++"):
+            cls = "add"
+        elif line.startswith("-") and not line.startswith("---"):
+            cls = "del"
+        # Block spans carry their own line break: a "\n" between them would double it.
+        out.append(f'<span class="{cls}">{esc(line) or " "}</span>')
+    return _section("winner-unit", title, intro + '<pre class="diff">' + "".join(out) + "</pre>")
+
+
+def _settings(page: Page) -> str:
+    s = page.data.settings
+    b, o = s.get("benchmark", {}), s.get("objective", {})
+    study, target = s.get("study", {}), s.get("target", {})
+    lv = page.data.level_sample
+    workload = esc(page.workload)
+    if b.get("workload") == "greedy" or (lv.get("ignore_eos") and lv.get("temperature") == 0):
+        workload += (
+            ' <span class="bad">(greedy with ignore_eos: repetitive output inflates '
+            "acceptance; an upper bound, not what users see)</span>"
+        )
+    warmup = b.get("warmup_requests")
+    measure = (
+        f"{b.get('min_duration')}-{b.get('max_duration')} s of steady state, stopping once the "
+        f"95 % CI is within ±{b.get('ci_width')}; warmup requests: "
+        + ("one per slot" if warmup is None else str(warmup))
+    )
+    objective = f"{o.get('mode')}"
+    if o.get("level") is not None:
+        objective += f" at concurrency {o.get('level')}"
+    objective += f" ({', '.join(page.data.metric_names)}), maximised"
+    constraints = {k: v for k, v in (o.get("constraints") or {}).items() if v is not None}
+    sampler = (
+        f"{study.get('sampler')} (seed {study.get('seed')}, "
+        f"{study.get('startup_trials')} startup trials)"
+    )
+    where = (
+        f"{target.get('engine')} via {target.get('deploy')}: unit {target.get('unit')} "
+        f"at {target.get('base_url')}"
+    )
+    rows = [
+        ("workload", workload),
+        ("endpoint", esc(b.get("endpoint", ""))),
+        ("max output tokens", esc(b.get("max_tokens", ""))),
+        ("concurrency levels", esc(", ".join(str(c) for c in b.get("concurrency", [])))),
+        ("measurement per level", esc(measure)),
+        ("steady-state window", esc(_window(lv))),
+        ("token counts from", esc(lv.get("usage_source", "—"))),
+        ("sampling", esc(_sampling(lv))),
+        ("objective", esc(objective)),
+        ("constraints", esc(json.dumps(constraints) if constraints else "none")),
+        ("search space", esc(s.get("search_space", ""))),
+        ("sampler", esc(sampler)),
+        ("target", esc(where)),
+    ]
+    body = "<table>" + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in rows)
+    return _section("settings", "Workload and measurement", body + "</table>")
+
+
+def _window(level: Mapping[str, Any]) -> str:
+    if "window" not in level:
+        return "—"
+    return f"at concurrency {level.get('concurrency')}: {level['window']}"
+
+
+def _sampling(level: Mapping[str, Any]) -> str:
+    if "temperature" not in level:
+        return "—"
+    eos = (
+        "ignore_eos (every request runs to max tokens)"
+        if level.get("ignore_eos")
+        else ("stops at end of sequence")
+    )
+    return f"temperature {level['temperature']}, {eos}"
+
+
+def _infeasible(page: Page) -> str:
+    rows = page.data.infeasible
+    if not rows:
+        return _section("infeasible", "Infeasible trials", "<p>None: every trial was feasible.</p>")
+    head = ["trial", "config", "failure", "reason", "violated constraints", "result of"]
+    body_rows = [
+        [
+            esc(t.number),
+            f"<code>{esc(_config_text(t.config))}</code>",
+            esc(t.failure or ""),
+            esc(t.reason or ""),
+            esc(", ".join(f"{k} +{_num(v, 2)}" for k, v in t.violated.items())),
+            esc(f"trial {t.reused_from}" if t.reused_from is not None else ""),
+        ]
+        for t in rows
+    ]
+    intro = (
+        "<p>Configs the server refused, crashed on, or ran with too little capacity or too "
+        "slow a latency. Each is a finished trial with a violated constraint, so the sampler "
+        "learns to avoid it.</p>"
+    )
+    return _section("infeasible", "Infeasible trials", intro + _table(head, body_rows))
+
+
+def _all_trials(page: Page) -> str:
+    d = page.data
+    head = [
+        "trial",
+        *[short(k) for k in d.knobs],
+        *d.metric_names,
+        *[f"tok/s @c{c}" for c in d.concurrency],
+    ]
+    head += ["max running", "feasible", "note"]
+    rows = []
+    for t in d.trials:
+        note = []
+        if t.baseline:
+            note.append("baseline")
+        if t.reused_from is not None:
+            note.append(f"= trial {t.reused_from}")
+        if t.number in d.best:
+            note.append("best")
+        rows.append(
+            [
+                esc(t.number),
+                *[_cell_num(t.config.get(k, "")) for k in d.knobs],
+                *[_cell_num(_num(v)) for v in (t.values or [None] * len(d.metric_names))],
+                *[_cell_num(_num(t.throughput.get(c))) for c in d.concurrency],
+                _cell_num(t.max_running_requests if t.max_running_requests is not None else "—"),
+                '<span class="good">yes</span>' if t.feasible else '<span class="bad">no</span>',
+                esc(", ".join(note)),
+            ]
+        )
+    return _section("trials", "All finished trials", _table(head, rows))
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    th = "".join(f"<th>{esc(h)}</th>" for h in head)
+    trs = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+
+
+def _td(cell: str) -> str:
+    return cell if cell.startswith("<td") else f"<td>{cell}</td>"
+
+
+def _cell_num(value: Any) -> str:
+    return f'<td class="num">{esc(value)}</td>'
+
+
+def _config_text(config: Mapping[str, Any]) -> str:
+    return " ".join(f"{k.removeprefix('speculative_')}={v}" for k, v in config.items())
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f} %"
