@@ -166,7 +166,7 @@ def _status(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     study = st.open_study(cfg, create=False)
-    rows = [_row(t) for t in study.get_trials(deepcopy=False)]
+    rows = [_row(study, t) for t in study.get_trials(deepcopy=False)]
     if args.json:
         print(
             json.dumps(
@@ -196,8 +196,9 @@ def _status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _row(t: Any) -> dict[str, Any]:
+def _row(study: Any, t: Any) -> dict[str, Any]:
     from autotune import study as st
+    from autotune.finalists import validation_of
 
     values = t.values
     return {
@@ -211,6 +212,7 @@ def _row(t: Any) -> dict[str, Any]:
         "failure": t.user_attrs.get("failure"),
         "reused_from": t.user_attrs.get("reused_from"),
         "baseline": bool(t.user_attrs.get("baseline")),
+        "validation": validation_of(study, t.number),
     }
 
 

@@ -66,6 +66,8 @@ class BenchmarkConfig:
     ci_width: float | None = 0.02
     warmup_requests: int | None = None
     endpoint: str = "chat"
+    finalists: int = 3
+    finalist_rounds: int = 2
 
 
 @dataclass(frozen=True)
@@ -356,6 +358,8 @@ def _benchmark(s: _Section, base_dir: Path) -> BenchmarkConfig:
         ci_width=float(ci) if ci is not None else None,
         warmup_requests=s.int("warmup_requests", None, minimum=0),
         endpoint=s.str("endpoint", d.endpoint, ENDPOINTS),
+        finalists=s.int("finalists", d.finalists, minimum=0),
+        finalist_rounds=s.int("finalist_rounds", d.finalist_rounds, minimum=0),
     )
     s.finish()
     return out

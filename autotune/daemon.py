@@ -10,7 +10,7 @@ from typing import Any
 
 import optuna
 
-from autotune import objective, unitfile
+from autotune import finalists, objective, unitfile
 from autotune import study as st
 from autotune.artifacts import artifact_dir, upload_trial
 from autotune.config import Config
@@ -125,6 +125,8 @@ def _run_with_deployer(
             log.warning("aborted: putting a known unit in place without waiting for it")
             abort_to_known_config(cfg, study, deployer, pipeline)
             raise
+        if not stop.requested and st.remaining_budget(study, total) == 0:
+            _validate_finalists(cfg, study, pipeline)
         try:
             finish(cfg, study, deployer, pipeline)
         except KeyboardInterrupt:
@@ -142,6 +144,17 @@ def _run_with_deployer(
     )
     summary.stopped = stop.reason if stop.requested else None
     return summary
+
+
+def _validate_finalists(cfg: Config, study: optuna.Study, pipeline: TrialPipeline) -> None:
+    if not finalists.pending(cfg, study):
+        return
+    try:
+        finalists.validate(cfg, study, lambda params: pipeline.run(params, lambda _c: None))
+    except TrialInterrupted:
+        log.warning("finalist validation interrupted: the best stays the best single measurement")
+    except DeployError as err:
+        log.error("finalist validation skipped: the target is unreachable", error=str(err))
 
 
 def wait_for_infrastructure(
@@ -341,6 +354,9 @@ def describe(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]
     for key in ("max_running_requests", "max_total_num_tokens", "workload"):
         if key in t.user_attrs:
             metrics[key] = t.user_attrs[key]
+    validation = finalists.validation_of(study, t.number)
+    if validation is not None:
+        metrics["validation"] = validation
     names = study.metric_names or [f"value{i}" for i in range(len(t.values or []))]
     return {
         "study": study.study_name,

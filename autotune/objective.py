@@ -20,7 +20,13 @@ SERVER_UP = "server_up"
 MIN_RUNNING_REQUESTS = "min_running_requests"
 TTFT_P99 = "ttft_p99_ms"
 ITL_P50 = "itl_p50_ms"
-CONSTRAINT_KEYS = (SERVER_UP, MIN_RUNNING_REQUESTS, TTFT_P99, ITL_P50)
+DEGENERATE = "degenerate_output"
+CONSTRAINT_KEYS = (SERVER_UP, MIN_RUNNING_REQUESTS, TTFT_P99, ITL_P50, DEGENERATE)
+
+#: Above this share of degenerate replies (heavy n-gram repetition) a config is
+#: producing garbage fast, not serving. Greedy decoding repeats itself by nature,
+#: so the greedy workload is exempt.
+MAX_DEGENERATE_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -74,17 +80,22 @@ def score(
     c = cfg.constraints
     ttft = 0.0
     if c.max_ttft_p99_ms is not None:
-        worst = max(float(results[lv]["ttft_p99_ms"]) for lv in levels)
+        worst = max(float(results[lv]["ttft_ms_p99"]) for lv in levels)
         ttft = worst - c.max_ttft_p99_ms
     itl = 0.0
     if c.max_itl_p50_ms is not None:
-        worst = max(float(results[lv]["itl_p50_ms"]) for lv in levels)
+        worst = max(float(results[lv]["itl_ms_p50"]) for lv in levels)
         itl = worst - c.max_itl_p50_ms
+    degenerate = 0.0
+    if not all(results[lv].get("workload") == "greedy" for lv in levels):
+        worst_share = max(float(results[lv].get("degenerate_share") or 0.0) for lv in levels)
+        degenerate = worst_share - MAX_DEGENERATE_SHARE
     constraints = {
         SERVER_UP: 0.0,
         MIN_RUNNING_REQUESTS: capacity_violation(cfg, max_running_requests),
         TTFT_P99: ttft,
         ITL_P50: itl,
+        DEGENERATE: degenerate,
     }
     return Score(values, constraints)
 

@@ -321,6 +321,10 @@ def best_trials(study: optuna.Study) -> list[FrozenTrial]:
     if not feasible:
         return []
     if len(study.directions) == 1:
+        declared = (study.user_attrs.get("finalists") or {}).get("declared_best")
+        validated = [t for t in feasible if t.number == declared]
+        if validated:  # the best by median after the finalists were measured again
+            return validated
         return [max(feasible, key=lambda t: (t.value, -t.number))]
     front = []
     for t in feasible:

@@ -141,6 +141,11 @@ class TrialPipeline:
             attrs[f"output_tok_s@c{c}"] = round(float(r["output_throughput"]), 2)
             if r.get("accept_length") is not None:
                 attrs[f"accept_length@c{c}"] = r["accept_length"]
+        # What the adaptive stopping rule saved against always running max_duration.
+        attrs["adaptive_saved_s"] = round(
+            sum(max(0.0, self.cfg.benchmark.max_duration - r["window_s"]) for r in per_level), 1
+        )
+        attrs["degenerate_share"] = round(max(r["degenerate_share"] for r in per_level), 3)
         accepts = [r["accept_length"] for r in per_level if r.get("accept_length")]
         if accepts:
             attrs["accept_length"] = round(sum(accepts) / len(accepts), 3)

@@ -52,6 +52,7 @@ def study_dir(
     concurrency: list[int] | None = None,
     objective: dict[str, Any] | None = None,
     sampler: str = "tpe",
+    finalists: int = 0,
 ) -> Path:
     port = free_port()
     (tmp / "sim.service").write_text(sim_unit(port, flags, sim_flags))
@@ -77,6 +78,7 @@ def study_dir(
             "min_duration": 1.0,
             "max_duration": 1.5,
             "warmup_requests": 1,
+            "finalists": finalists,
         },
         "objective": objective or {"constraints": {"min_running_requests": 4}},
     }

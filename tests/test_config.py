@@ -184,3 +184,17 @@ def test_cli_process_prints_no_traceback(tmp_path: Path) -> None:
         f"autotune: error: {path}: benchmark.concurrency: "
         "must be a list of positive whole numbers, got [0]"
     ]
+
+
+def test_remote_example_config_loads() -> None:
+    cfg = load_config(REPO / "examples" / "sglang-remote.yaml")
+    assert cfg.target.deploy == "ssh"
+    assert cfg.target.ssh["host"] == "gpu1"
+    assert cfg.benchmark.finalists == 3
+
+
+def test_daemon_service_example_is_a_valid_unit() -> None:
+    from autotune.unitfile import verify_unit
+
+    text = (REPO / "examples" / "autotune.service").read_text()
+    assert verify_unit(text, "autotune.service", check_executables=False) == []

@@ -66,6 +66,7 @@ def _systemd_study(
             "min_duration": 1.5,
             "max_duration": 2.0,
             "warmup_requests": 1,
+            "finalists": 0,
         },
         "objective": {"constraints": {"min_running_requests": 4}},
     }

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e import autotune, status, study_dir
 
@@ -116,3 +117,23 @@ def test_resolved_duplicates_are_not_benchmarked_twice(tmp_path: Path) -> None:
         assert t["feasible"] == measured[0]["feasible"]
     assert proc.stderr.count("benchmarking") + proc.stderr.count("level done") > 0
     assert proc.stderr.count("result reused") == 3
+
+
+def test_finalists_are_measured_again_and_the_best_is_declared_by_median(tmp_path: Path) -> None:
+    config = study_dir(tmp_path, n_trials=4, finalists=2)
+    data = yaml.safe_load(config.read_text())
+    data["benchmark"]["finalist_rounds"] = 1
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    proc = autotune("start", "--config", str(config), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "validating finalists" in proc.stderr and "declared best" in proc.stderr
+
+    best = json.loads(autotune("best", "--json", "--config", str(config), cwd=tmp_path).stdout)
+    validation = best["metrics"]["validation"]
+    assert len(validation["values"]) == 2  # the trial's own measurement and one more
+    assert validation["median"] > 0 and validation["mad"] >= 0
+    validated = [t for t in status(config)["trials"] if t["validation"]]
+    assert len(validated) == 2
+    assert best["trial"] == max(validated, key=lambda t: t["validation"]["median"])["number"]
+    # Validation adds measurements, not trials.
+    assert len(status(config)["trials"]) == 4

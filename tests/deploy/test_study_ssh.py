@@ -61,6 +61,7 @@ def _config(tmp: Path, rig: SshRig, host: FakeSystemdHost, port: int, n_trials: 
             "min_duration": 1.0,
             "max_duration": 1.5,
             "warmup_requests": 1,
+            "finalists": 0,
         },
         "objective": {"constraints": {"min_running_requests": 4}},
     }
