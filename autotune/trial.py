@@ -216,7 +216,7 @@ class TrialPipeline:
                     )
                 )
             except bench.LevelFailed as exc:
-                if not self.deployer.is_running():
+                if not self._still_running_after(5.0):
                     text = self.deployer.logs()
                     raise ServerFailed(
                         "crash_during_benchmark", _last_error(text) or str(exc), _tail(text)
@@ -241,6 +241,16 @@ class TrialPipeline:
                 accept_length=row["accept_length"],
             )
         return results
+
+    def _still_running_after(self, grace_s: float) -> bool:
+        """Whether the server survives a failed level: a dying process takes a moment to exit,
+        and its requests fail before it does."""
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if not self.deployer.is_running():
+                return False
+            time.sleep(0.1)
+        return self.deployer.is_running()
 
     def _param_names(self) -> list[str]:
         return list(self.cfg.space.params)
