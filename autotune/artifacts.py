@@ -44,9 +44,12 @@ def upload_trial(
         store = FileSystemArtifactStore(str(base))
         with tempfile.TemporaryDirectory() as tmp:
             files = {
-                "unit.service": (unit_text, "text/plain"),
-                "server.log": (server_log, "text/plain"),
-                "benchmark.json": (json.dumps(result, indent=2, default=str), "application/json"),
+                "unit.service": (unit_text, "text/plain; charset=utf-8"),
+                "server.log": (server_log, "text/plain; charset=utf-8"),
+                "benchmark.json": (
+                    json.dumps(result, indent=2, default=str),
+                    "application/json; charset=utf-8",
+                ),
             }
             for name, (text, mimetype) in files.items():
                 path = Path(tmp) / f"trial-{trial.number}-{name}"
@@ -56,7 +59,6 @@ def upload_trial(
                     file_path=str(path),
                     study_or_trial=trial,
                     mimetype=mimetype,
-                    encoding="utf-8",
                 )
     except OSError as exc:
         log.warning("could not store the trial's files", trial=trial.number, error=str(exc))

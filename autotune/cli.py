@@ -99,6 +99,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     apply.add_argument("--trial", type=int, help="trial number (default: the best feasible trial)")
     add("restore", _restore, "put the original unit back, restart it and wait until it serves")
+    dashboard = add("dashboard", _dashboard, "optuna-dashboard for the study, on 127.0.0.1")
+    dashboard.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
+    report = add("report", _report, "write the study's HTML report")
+    report.add_argument("--out", default=".", help="folder for <study>-report.html (default: .)")
     sub.add_parser("sim", help="run the simulated SGLang server (see: autotune sim --help)")
     sub.add_parser("bench", help="benchmark a running server (see: autotune bench --help)")
     return p
@@ -269,4 +273,17 @@ def _restore(args: argparse.Namespace) -> int:
     cfg = _load(args)
     daemon.restore_original(cfg)
     print(f"serving the original {cfg.target.unit}")
+    return 0
+
+
+def _dashboard(args: argparse.Namespace) -> int:
+    from autotune import dashboard
+
+    return dashboard.serve(_load(args), args.port)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from autotune.report import build_report
+
+    print(build_report(_load(args), args.out))
     return 0

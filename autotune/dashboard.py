@@ -29,20 +29,22 @@ import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import optuna
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import FrozenTrial
+from sqlalchemy.exc import SQLAlchemyError
 
 from autotune import objective
-from autotune import study as st
 from autotune.artifacts import artifact_dir
-from autotune.config import Config
 from autotune.errors import AutotuneError
 from autotune.log import get
+
+if TYPE_CHECKING:
+    from autotune.config import Config
 
 log = get("autotune.dashboard")
 
@@ -115,6 +117,9 @@ class TruthPlugin:
 
     def correct(self, study_id: int, body: dict[str, Any]) -> None:
         from optuna_dashboard._serializer import serialize_frozen_trial
+
+        # Here, not at the top: study.py imports this module to record the list form.
+        from autotune import study as st
 
         try:
             name = self.storage.get_study_name_from_id(study_id)
@@ -192,8 +197,9 @@ class _QuietHandler(WSGIRequestHandler):
 def serve(cfg: Config, port: int = DEFAULT_PORT) -> int:
     """Serve optuna-dashboard for the study on 127.0.0.1:`port` until Ctrl-C; print its URL."""
     storage = open_storage(cfg.study.storage)
-    artifacts = artifact_dir(cfg.study.storage)
-    app = make_app(storage, artifacts if artifacts.is_dir() else None)
+    # Served even before the first trial stored its files: the folder appears with them.
+    artifacts = artifact_dir(cfg.study.storage).resolve()
+    app = make_app(storage, artifacts)
     try:
         server = make_server(
             HOST, port, app, server_class=_ThreadedServer, handler_class=_QuietHandler
@@ -206,9 +212,10 @@ def serve(cfg: Config, port: int = DEFAULT_PORT) -> int:
         url += f"/studies/{study_id}"
     except KeyError:
         log.warning("no such study yet: showing every study", study=cfg.study.name)
+    except SQLAlchemyError as exc:
+        server.server_close()
+        raise AutotuneError(f"{cfg.study.storage} is not an Optuna study database: {exc}") from None
     print(f"optuna-dashboard for study {cfg.study.name!r}: {url}", flush=True)
-    if not artifacts.is_dir():
-        log.info("no trial files yet", artifact_dir=str(artifacts))
     print("Ctrl-C stops it.", flush=True)
     try:
         server.serve_forever()

@@ -17,9 +17,11 @@ from typing import Any
 import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.exc import SQLAlchemyError
 
 from autotune import objective
 from autotune.config import Config
+from autotune.dashboard import keyed_constraints, write_legacy_constraints
 from autotune.errors import AutotuneError
 from autotune.log import get
 from autotune.space import SearchSpace
@@ -43,6 +45,8 @@ _COPIED = (
     "workload",
     "server_version",
 )
+#: Prefixes of the per-level user attributes (`output_tok_s@c16`) a reused result copies.
+_PER_LEVEL = ("output_tok_s@", "accept_length@", "ttft_p50_ms@", "ttft_p99_ms@", "itl_p50_ms@")
 
 
 def storage_for(url: str) -> RDBStorage:
@@ -51,9 +55,28 @@ def storage_for(url: str) -> RDBStorage:
     if url.startswith("sqlite"):
         engine_kwargs["connect_args"] = {"timeout": 30}
     try:
-        return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=60, grace_period=300)
+        storage = RDBStorage(
+            url, engine_kwargs=engine_kwargs, heartbeat_interval=60, grace_period=300
+        )
     except Exception as exc:
         raise AutotuneError(f"cannot open storage {url}: {exc}") from None
+    if url.startswith("sqlite"):
+        _use_wal(storage)
+    return storage
+
+
+def _use_wal(storage: RDBStorage) -> None:
+    """Switch a SQLite study DB to write-ahead logging, once: the mode is kept in the file.
+
+    In the default rollback-journal mode a reader (optuna-dashboard polling every
+    few seconds, `autotune status`) blocks the daemon's commit until it finishes;
+    in WAL mode readers and the writer never wait for each other.
+    """
+    try:
+        with storage.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
+    except SQLAlchemyError as exc:  # e.g. a read-only file: the busy timeout still applies
+        log.warning("study DB stays in rollback-journal mode", error=str(exc))
 
 
 def make_sampler(cfg: Config) -> optuna.samplers.BaseSampler:
@@ -288,15 +311,16 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, earlier: int) -> Froz
         if key in src.user_attrs:
             trial.set_user_attr(key, src.user_attrs[key])
     for key, value in src.user_attrs.items():
-        if key.startswith(("output_tok_s@", "accept_length@")):
+        if key.startswith(_PER_LEVEL):
             trial.set_user_attr(key, value)
     trial.set_user_attr("reused_from", earlier)
     trial.set_user_attr("resolved", src.user_attrs.get("resolved", src.user_attrs.get("config")))
-    feasible = True
-    for key, value in src.constraints.items():
+    # The named constraints only: `src.constraints` also lists the dashboard's copy as "0", "1", ...
+    constraints = keyed_constraints(src)
+    for key, value in constraints.items():
         trial.set_constraint(key, value)
-        feasible = feasible and value <= 0
-    trial.set_user_attr("feasible", feasible)
+    write_legacy_constraints(study, trial._trial_id, constraints)
+    trial.set_user_attr("feasible", all(v <= 0 for v in constraints.values()))
     return study.tell(trial, list(src.values or []))
 
 
@@ -307,6 +331,7 @@ def record(
         trial.set_user_attr(key, value)
     for key, value in score.constraints.items():
         trial.set_constraint(key, value)
+    write_legacy_constraints(study, trial._trial_id, score.constraints)
     return study.tell(trial, score.values)
 
 

@@ -141,6 +141,9 @@ class TrialPipeline:
             attrs[f"output_tok_s@c{c}"] = round(float(r["output_throughput"]), 2)
             if r.get("accept_length") is not None:
                 attrs[f"accept_length@c{c}"] = r["accept_length"]
+            for name, key in _LATENCY_ATTRS:
+                if r.get(key) is not None:
+                    attrs[f"{name}@c{c}"] = round(float(r[key]), 2)
         # What the adaptive stopping rule saved against always running max_duration.
         attrs["adaptive_saved_s"] = round(
             sum(max(0.0, self.cfg.benchmark.max_duration - r["window_s"]) for r in per_level), 1
@@ -258,6 +261,15 @@ class TrialPipeline:
     def _result(self, score: objective.Score, attrs: dict[str, Any], unit: str) -> TrialResult:
         attrs["feasible"] = score.feasible
         return TrialResult(score, attrs, unit, server_log=self.deployer.logs())
+
+
+#: Per-level latencies as flat user attributes (`ttft_p99_ms@c16`): optuna-dashboard can
+#: sort and filter trials by them, and cuts the `levels` JSON at 1024 characters.
+_LATENCY_ATTRS = (
+    ("ttft_p50_ms", "ttft_ms_p50"),
+    ("ttft_p99_ms", "ttft_ms_p99"),
+    ("itl_p50_ms", "itl_ms_p50"),
+)
 
 
 def _with_logged_capacity(info: ServerInfo, logged: tuple[int | None, int | None]) -> ServerInfo:

@@ -67,13 +67,6 @@ BASELINE_FLAGS = (
 N_TRIALS = 7
 ARTIFACT_SUFFIXES = ("-unit.service", "-server.log", "-benchmark.json")
 
-SERVE = (
-    "import sys\n"
-    "from autotune.config import load_config\n"
-    "from autotune.dashboard import serve\n"
-    "sys.exit(serve(load_config(sys.argv[1]), int(sys.argv[2])))\n"
-)
-
 
 @dataclass
 class Polls:
@@ -150,13 +143,14 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStudy]:
     )
     env = {**os.environ, "AUTOTUNE_LOG_FORMAT": "console"}
     started: list[subprocess.Popen[Any]] = []
+    logs = {name: open(tmp / f"{name}.err", "w") for name in ("daemon", "dashboard")}  # noqa: SIM115
     try:
         daemon = subprocess.Popen(
             [sys.executable, "-m", "autotune", "start", "--config", str(config)],
             cwd=tmp,
             env=env,
             stdout=subprocess.DEVNULL,
-            stderr=open(tmp / "daemon.err", "w"),  # noqa: SIM115 - closed with the process
+            stderr=logs["daemon"],
             start_new_session=True,
         )
         started.append(daemon)
@@ -164,11 +158,14 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStudy]:
 
         port = free_port()
         dashboard = subprocess.Popen(
-            [sys.executable, "-c", SERVE, str(config), str(port)],
+            [
+                *(sys.executable, "-m", "autotune", "dashboard"),
+                *("--config", str(config), "--port", str(port)),
+            ],
             cwd=tmp,
             env={**env, "PYTHONPATH": str(REPO)},
             stdout=subprocess.PIPE,
-            stderr=open(tmp / "dashboard.err", "w"),  # noqa: SIM115
+            stderr=logs["dashboard"],
             text=True,
             start_new_session=True,
         )
@@ -211,6 +208,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStudy]:
     finally:
         for proc in reversed(started):
             _stop(proc)
+        for f in logs.values():
+            f.close()
 
 
 # -- the live study ---------------------------------------------------------------------
@@ -300,6 +299,34 @@ def test_api_serves_each_trials_files(live: LiveStudy) -> None:
             assert json.loads(files["benchmark.json"])["feasible"] == row["feasible"]
             if n == 0:  # refused: the server's own words are in its log
                 assert "speculative_num_draft_tokens = 9" in files["server.log"]
+
+
+def test_plain_optuna_dashboard_sees_feasibility_too(
+    live: LiveStudy, wsgi_server: Callable[[Any], str]
+) -> None:
+    """Without autotune's plugin: the list form the study recorded is what it reads."""
+    upstream = wsgi_server(optuna_dashboard.wsgi(load_config(live.config).study.storage))
+    for t in _detail_of(upstream, n_trials=N_TRIALS, study_id=live.study_id)["trials"]:
+        row = live.rows[t["number"]]
+        assert len(t["constraints"]) == len(objective.CONSTRAINT_KEYS)
+        assert all(v <= 0 for v in t["constraints"]) == row["feasible"], t["number"]
+
+
+def test_study_db_is_in_wal_mode_so_readers_never_block_the_daemon(tmp_path: Path) -> None:
+    db = tmp_path / "wal.db"
+    st.storage_for(f"sqlite:///{db}")
+    with sqlite3.connect(db) as con:
+        assert con.execute("pragma journal_mode").fetchone()[0] == "wal"
+    reader = sqlite3.connect(db, isolation_level=None)
+    writer = sqlite3.connect(db, timeout=0.2, isolation_level=None)
+    try:
+        reader.execute("begin")
+        reader.execute("select count(*) from studies").fetchone()  # holds a read snapshot
+        # In rollback-journal mode this commit waits for the reader, then fails as locked.
+        writer.execute("insert into studies (study_name) values ('written while read')")
+    finally:
+        reader.close()
+        writer.close()
 
 
 # -- in a real browser ---------------------------------------------------------------------
@@ -532,7 +559,7 @@ def test_list_form_keeps_optuna_best_trial_and_tpe_unchanged(
         proposals = {}
         for legacy, study in studies.items():
             out = []
-            for _ in range(6):
+            for _ in range(4):
                 trial = study.ask()
                 out.append((trial.suggest_int("x", 0, 10), trial.suggest_float("y", 0.0, 1.0)))
                 study.tell(trial, state=TrialState.FAIL)
@@ -549,7 +576,8 @@ def test_list_form_keeps_optuna_best_trial_and_tpe_unchanged(
     frozen = legacy_study.trials[2]
     assert frozen.system_attrs[LEGACY_KEY] == legacy_list(history[2][1])
     assert keyed_constraints(frozen) == history[2][1]  # without the list's "0", "1", ...
-    assert set(frozen.constraints) == {*objective.CONSTRAINT_KEYS, "0", "1", "2", "3"}
+    n = len(objective.CONSTRAINT_KEYS)
+    assert set(frozen.constraints) == {*objective.CONSTRAINT_KEYS, *map(str, range(n))}
 
     # A plain optuna-dashboard reads the list form: no plugin needed to see feasibility.
     upstream = wsgi_server(optuna_dashboard.wsgi(f"sqlite:///{tmp_path / 'tpe-True.db'}"))

@@ -107,6 +107,13 @@ def png_size(uri: str) -> tuple[int, int]:
     return width, height
 
 
+def quicker(config: Path, **benchmark: Any) -> None:
+    """Change the benchmark settings of a `study_dir` config."""
+    data = yaml.safe_load(config.read_text())
+    data["benchmark"].update(benchmark)
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
 @dataclass
 class Run:
     config: Path
@@ -123,20 +130,20 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     config = study_dir(
         tmp,
         space="sglang-eagle.yaml",
-        n_trials=7,
+        n_trials=6,
         concurrency=LEVELS,
         flags=BASELINE_FLAGS,
         objective={"constraints": {"min_running_requests": 12}},
     )
-    data = yaml.safe_load(config.read_text())
     # Short windows: this checks the report, not the measurements.
-    data["benchmark"].update(min_duration=0.5, max_duration=0.5, ci_width=None)
-    config.write_text(yaml.safe_dump(data, sort_keys=False))
+    quicker(config, min_duration=0.5, max_duration=0.5, ci_width=None)
     proc = autotune("start", "--config", str(config), cwd=tmp)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cfg = load_config(config)
     trials = st.open_study(cfg, create=False).get_trials()
-    report = build_report(cfg, tmp / "out")
+    made = autotune("report", "--config", str(config), "--out", str(tmp / "out"), cwd=tmp)
+    assert made.returncode == 0, made.stderr[-3000:]
+    report = Path(made.stdout.strip())
     yield Run(config, cfg, trials, report, parse(report))
 
 
@@ -210,11 +217,13 @@ def test_winner_unit_is_a_diff_against_the_baseline(run: Run) -> None:
     diff = section.pre[0].splitlines()
     assert diff[0] == "--- original (trial 0, the baseline)"
     assert diff[1] == f"+++ winner (trial {best.number})"
-    assert "-    --speculative-num-steps 1 \\" in diff
-    assert f"+    --speculative-num-steps {config['speculative_num_steps']} \\" in diff
+    removed = [ln for ln in diff[2:] if ln.startswith("-")]
+    added = [ln for ln in diff[2:] if ln.startswith("+")]
+    assert any("--speculative-num-steps 1 " in ln for ln in removed), diff
+    steps = config["speculative_num_steps"]
+    assert any(f"--speculative-num-steps {steps} " in ln for ln in added), diff
     # Only flags change: every other line of the unit is context.
-    changed = [ln for ln in diff[2:] if ln[:1] in "+-"]
-    assert all("--speculative-" in ln for ln in changed), changed
+    assert all("--speculative-" in ln for ln in removed + added), diff
     summary = run.page.sections["summary"].text
     assert f"trial {best.number}" in summary and "against the baseline (trial 0)" in summary
 
@@ -282,3 +291,61 @@ def test_report_of_a_study_that_does_not_exist(tmp_path: Path) -> None:
     with pytest.raises(AutotuneError, match="no study named 'e2e'"):
         build_report(cfg, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def _record_measured(study: optuna.Study, cfg: Config, tok_s: dict[int, float]) -> int:
+    trial = study.ask()
+    config = cfg.space.decode(cfg.space.suggest(trial))
+    results = {c: {"concurrency": c, "output_throughput": v} for c, v in tok_s.items()}
+    score = objective.score(cfg.objective, list(tok_s), results, 20)
+    attrs: dict[str, Any] = {
+        "config": config,
+        "resolved": config,
+        "workload": "natural",
+        "max_running_requests": 20,
+        "levels": list(results.values()),
+        **{f"output_tok_s@c{c}": v for c, v in tok_s.items()},
+        "feasible": True,
+    }
+    return st.record(study, trial, score, attrs).number
+
+
+def test_report_shows_the_finalists_measured_again(tmp_path: Path) -> None:
+    cfg = load_config(study_dir(tmp_path))
+    study = st.open_study(cfg)
+    first = _record_measured(study, cfg, {1: 100.0, 4: 400.0})
+    second = _record_measured(study, cfg, {1: 101.0, 4: 404.0})
+    study.set_user_attr(
+        "finalists",
+        {
+            "n_trials": 2,
+            "declared_best": first,
+            "finalists": {
+                str(first): {"values": [200.0, 203.0, 201.0], "median": 201.0, "mad": 1.0},
+                str(second): {"values": [202.0, 190.0, 195.0], "median": 195.0, "mad": 5.0},
+            },
+        },
+    )
+    page = parse(build_report(cfg, tmp_path / "out"))
+    summary = page.sections["summary"]
+    assert summary.rows[1][:1] == [f"{first} (declared best)"]
+    assert summary.rows[1][2:] == ["200.0, 203.0, 201.0", "201.0", "1.0"]
+    assert summary.rows[2][0] == str(second)
+
+
+def test_report_of_a_pareto_study(tmp_path: Path) -> None:
+    cfg = load_config(study_dir(tmp_path, objective={"mode": "pareto"}))
+    study = st.open_study(cfg)
+    fast_alone = _record_measured(study, cfg, {1: 180.0, 4: 500.0})
+    fast_together = _record_measured(study, cfg, {1: 120.0, 4: 700.0})
+    _record_measured(study, cfg, {1: 110.0, 4: 450.0})  # dominated
+    page = parse(build_report(cfg, tmp_path / "out"))
+    summary = page.sections["summary"].text
+    assert f"is trials {fast_alone}, {fast_together}." in summary
+    assert [r[1] for r in page.sections["schedule"].rows[1:]] == [
+        str(fast_alone),
+        str(fast_together),
+    ]
+    assert page.sections["best-so-far"].images
+    header = page.sections["trials"].rows[0]
+    assert "output_tok_s@c1" in header and "output_tok_s@c4" in header

@@ -16,6 +16,9 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import study as st
 from autotune.config import Config
 
+#: Study user attribute where the closing re-measurement of the top configs is kept.
+FINALISTS = "finalists"
+
 
 @dataclass(frozen=True)
 class TrialRow:
@@ -92,6 +95,9 @@ class StudyData:
     min_running_requests: int | None
     level_sample: dict[str, Any] = field(default_factory=dict)
     """One measured level's fields that describe the measurement (temperature, ...)."""
+    validation: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """The top configs measured again at the end of the budget: {trial: {values, median, mad}}."""
+    declared_best: int | None = None
 
     def trial(self, number: int) -> TrialRow:
         return next(t for t in self.trials if t.number == number)
@@ -133,7 +139,20 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
         n_trials=int(settings.get("study", {}).get("n_trials", cfg.study.n_trials)),
         min_running_requests=cfg.objective.constraints.min_running_requests,
         level_sample=_level_sample(rows),
+        **_validation(study.user_attrs.get(FINALISTS)),
     )
+
+
+def _validation(attr: Any) -> dict[str, Any]:
+    """The finalists' re-measurement, if the study has one (an older study has not)."""
+    if not isinstance(attr, Mapping) or not isinstance(attr.get("finalists"), Mapping):
+        return {}
+    validation = {int(n): dict(v) for n, v in attr["finalists"].items() if isinstance(v, Mapping)}
+    declared = attr.get("declared_best")
+    return {
+        "validation": validation,
+        "declared_best": int(declared) if declared is not None else None,
+    }
 
 
 def trial_row(t: FrozenTrial) -> TrialRow:

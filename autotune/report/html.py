@@ -143,6 +143,13 @@ def _summary(page: Page) -> str:
     winner = d.winner
     if winner is None:
         body += '<p class="bad"><b>No feasible trial yet</b>: nothing to apply.</p>'
+    elif len(d.metric_names) > 1:
+        body += (
+            "<p>One objective per concurrency level, so no single best: the Pareto front "
+            "(no other trial is better at every level) is trials "
+            f"<b>{esc(', '.join(str(n) for n in d.best))}</b>. The table below says which "
+            "wins at which load; <code>autotune apply --trial N</code> deploys one.</p>"
+        )
     else:
         values = ", ".join(
             f"{esc(n)} = {_num(v)}"
@@ -153,12 +160,33 @@ def _summary(page: Page) -> str:
             f"{_vs_baseline(d, winner)}: <code>{esc(page.flags(winner.config))}</code>. "
             "<code>autotune apply</code> deploys it.</p>"
         )
-        if len(d.best) > 1:
-            body += (
-                f"<p>Pareto front (no trial is better at every level): trials "
-                f"{esc(', '.join(str(n) for n in d.best))}.</p>"
-            )
+        body += _validation(d)
     return _section("summary", "Summary", body)
+
+
+def _validation(d: StudyData) -> str:
+    if not d.validation:
+        return ""
+    rows = []
+    for n, v in sorted(d.validation.items(), key=lambda kv: -float(kv[1].get("median", 0))):
+        mark = " (declared best)" if n == d.declared_best else ""
+        values = ", ".join(_num(float(x)) for x in v.get("values", []))
+        rows.append(
+            [
+                esc(f"{n}{mark}"),
+                f"<code>{esc(_config_text(d.trial(n).config))}</code>"
+                if any(t.number == n for t in d.trials)
+                else "",
+                _cell_num(values),
+                _cell_num(_num(v.get("median"))),
+                _cell_num(_num(v.get("mad"))),
+            ]
+        )
+    head = ["trial", "config", "measurements", "median", "MAD"]
+    return (
+        "<p>The top configs were measured again, interleaved, when the budget was spent; "
+        "the best median wins (a single run is one noisy sample):</p>" + _table(head, rows)
+    )
 
 
 def _vs_baseline(d: StudyData, t: TrialRow) -> str:
@@ -233,8 +261,8 @@ def _winner_unit(diff: UnitDiff | None) -> str:
     if diff is None:
         return _section("winner-unit", title, '<p class="note">No feasible trial yet.</p>')
     intro = (
-        f"<p>Trial {diff.winner}'s unit ({esc(diff.winner_source)}) against the original "
-        "(what the server ran before the study). Only the speculative-decoding flags differ.</p>"
+        f"<p>The winner's unit ({esc(diff.winner_source)}) against the original, what the "
+        f"server ran before the study ({esc(diff.original_source)}).</p>"
     )
     if not diff.lines:
         return _section(
@@ -249,8 +277,8 @@ def _winner_unit(diff: UnitDiff | None) -> str:
             cls = "add"
         elif line.startswith("-") and not line.startswith("---"):
             cls = "del"
-        # Block spans carry their own line break: a "\n" between them would double it.
-        out.append(f'<span class="{cls}">{esc(line) or " "}</span>')
+        # The newline inside the block span keeps the text copyable without doubling lines.
+        out.append(f'<span class="{cls}">{esc(line)}\n</span>')
     return _section("winner-unit", title, intro + '<pre class="diff">' + "".join(out) + "</pre>")
 
 

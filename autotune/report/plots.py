@@ -13,6 +13,7 @@ from typing import Any
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from autotune.report.data import (
     StudyData,
@@ -107,6 +108,7 @@ def best_so_far_plot(data: StudyData) -> str | None:
     if base is not None and base.feasible and base.values is not None and not several:
         ax.axhline(base.values[0], color=BASELINE, linestyle=":", label="baseline (trial 0)")
     ax.set_xlabel("trial")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(data.metric_names[0] if not several else "output tok/s")
     ax.set_title("Best feasible value after each trial")
     ax.grid(alpha=0.3)
