@@ -68,6 +68,8 @@ def setup(level: str | int = "INFO", json: bool | None = None) -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module="optuna")
     # set_metric_names and friends are stable enough for autotune's use.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    # autotune records heartbeats itself around each trial (study.Heartbeat).
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
 
 def get(name: str = "autotune") -> structlog.stdlib.BoundLogger:
