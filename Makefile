@@ -26,7 +26,10 @@ bench-sim: $(STAMP)
 bench-client: $(STAMP)
 	$(BIN)/python bench/client_capacity.py
 
-bench: bench-sim bench-client
+bench-efficiency: $(STAMP)
+	$(BIN)/python bench/sample_efficiency.py
+
+bench: bench-sim bench-client bench-efficiency
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -235,6 +235,7 @@ def _best(args: argparse.Namespace) -> int:
         return 0
     for d in described:
         print(f"best trial {d['trial']} of study {d['study']}: value {d['value']}")
+        print(f"  ({d['chosen_by']})")
         for k, v in d["resolved"].items():
             print(f"  --{k.replace('_', '-')} {v}")
         for k, v in d["metrics"].items():

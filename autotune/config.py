@@ -18,11 +18,11 @@ import yaml
 
 from autotune import resources
 from autotune.errors import ConfigError
-from autotune.space import SearchSpace, load_space, space_from_dict
+from autotune.space import ENUMERABLE_LIMIT, SearchSpace, load_space, space_from_dict
 
 DEPLOY_MODES = ("local-process", "local-systemd", "ssh")
 ENGINES = ("sglang",)
-SAMPLERS = ("tpe", "gp", "random")
+SAMPLERS = ("auto", "gp", "tpe", "random", "optuna-gp")
 OBJECTIVE_MODES = ("geomean", "single", "pareto")
 BUILTIN_WORKLOADS = ("natural", "greedy", "random")
 ENDPOINTS = ("chat", "completions", "generate")
@@ -34,9 +34,10 @@ class StudyConfig:
     name: str = "autotune"
     storage: str = "sqlite:///autotune.db"
     n_trials: int = 30
-    sampler: Literal["tpe", "gp", "random"] = "tpe"
+    sampler: Literal["auto", "gp", "tpe", "random", "optuna-gp"] = "auto"
     seed: int | None = None
-    startup_trials: int = 6
+    startup_trials: int | None = None
+    """Random proposals before the model; None: the sampler's own default (gp 2, tpe 6)."""
     on_finish: Literal["apply-best", "restore", "leave"] = "apply-best"
 
 
@@ -216,7 +217,24 @@ def config_from_dict(data: Any, file: str, base_dir: Path) -> Config:
         raise ConfigError(
             space_source, "engine", f"is {space.engine!r} but target.engine is {target.engine!r}"
         )
+    _check_sampler(file, study, space, objective)
     return Config(file, study, target, space, space_source, benchmark, objective)
+
+
+def _check_sampler(
+    file: str, study: StudyConfig, space: SearchSpace, objective: ObjectiveConfig
+) -> None:
+    if study.sampler != "gp":
+        return
+    if objective.mode == "pareto":
+        problem = "gp models one objective, objective.mode pareto has several; use auto or tpe"
+        raise ConfigError(file, "study.sampler", problem)
+    if not space.enumerable():
+        problem = (
+            f"gp scores every config of the space, and {space.source} has a float range "
+            f"or more than {ENUMERABLE_LIMIT} configs; use auto or tpe"
+        )
+        raise ConfigError(file, "study.sampler", problem)
 
 
 def _study(s: _Section) -> StudyConfig:
@@ -231,7 +249,7 @@ def _study(s: _Section) -> StudyConfig:
         n_trials=s.int("n_trials", d.n_trials, minimum=1),
         sampler=s.str("sampler", d.sampler, SAMPLERS),
         seed=s.int("seed", None),
-        startup_trials=s.int("startup_trials", d.startup_trials, minimum=0),
+        startup_trials=s.int("startup_trials", None, minimum=0),
         on_finish=s.str("on_finish", d.on_finish, ON_FINISH),
     )
     s.finish()

@@ -319,6 +319,7 @@ def one_trial(
             result={"config": params, **result.attrs},
         )
     frozen = st.record(study, trial, result.score, result.attrs)
+    st.update_model_best(study, cfg.space)
     log.info(
         "trial done",
         trial=trial.number,
@@ -364,6 +365,7 @@ def describe(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]
         "params": dict(t.params),
         "resolved": st.trial_config(t),
         "value": t.value if len(t.values or []) == 1 else dict(zip(names, t.values, strict=True)),
+        "chosen_by": st.chosen_by(study, t),
         "metrics": metrics,
     }
 

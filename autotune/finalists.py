@@ -3,7 +3,8 @@
 One benchmark of a config is one noisy sample: a restart is never exactly as
 fast as the last one. When the budget is spent, the top configs are measured
 again in rounds (A B C, A B C, ...) so that drift over the night hits them all
-alike; the declared best is the best median, reported with its spread (MAD).
+alike; the declared best is the best median of the new measurements, reported with
+its spread (MAD).
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ def validate(cfg: Config, study: optuna.Study, remeasure: Remeasure) -> int | No
     top = _top(study, cfg.benchmark.finalists)
     if len(top) < 2:
         return None
-    samples: dict[int, list[float]] = {t.number: [float(t.value)] for t in top}
+    # Judged on the new measurements only: the first one is what put a config in the
+    # top, so it is biased upwards (winner's curse). Measured in bench/sample_efficiency.py:
+    # leaving it out applied a config worth 98 % of the optimum more often in 7 of 12
+    # cells and less often in 2.
+    fresh: dict[int, list[float]] = {t.number: [] for t in top}
     rounds = cfg.benchmark.finalist_rounds
     log.info("validating finalists", trials=[t.number for t in top], rounds=rounds)
     for r in range(1, rounds + 1):
@@ -51,16 +56,17 @@ def validate(cfg: Config, study: optuna.Study, remeasure: Remeasure) -> int | No
             log.info("finalist", round=f"{r}/{rounds}", trial=t.number, config=st.trial_config(t))
             result = remeasure(dict(config) if config else None)
             value = result.score.values[0] if result.score.feasible else 0.0
-            samples[t.number].append(value)
+            fresh[t.number].append(value)
     summary = {
-        str(n): {
-            "values": [round(v, 2) for v in vs],
-            "median": round(statistics.median(vs), 2),
-            "mad": round(_mad(vs), 2),
+        str(t.number): {
+            "first": round(float(t.value), 2),
+            "values": [round(v, 2) for v in fresh[t.number]],
+            "median": round(statistics.median(fresh[t.number]), 2),
+            "mad": round(_mad(fresh[t.number]), 2),
         }
-        for n, vs in samples.items()
+        for t in top
     }
-    declared = max(samples, key=lambda n: (statistics.median(samples[n]), -n))
+    declared = max(fresh, key=lambda n: (statistics.median(fresh[n]), -n))
     study.set_user_attr(
         FINALISTS,
         {"n_trials": cfg.study.n_trials, "declared_best": declared, "finalists": summary},
@@ -85,6 +91,10 @@ def _top(study: optuna.Study, k: int) -> list[optuna.trial.FrozenTrial]:
         ),
         key=lambda t: -float(t.value),
     )
+    # The config the model ranks first is always among them, lucky neighbours or not.
+    best = st.best_trials(study)
+    if best:
+        ranked.insert(0, best[0])
     for t in ranked:
         key = tuple(sorted(st.trial_config(t).items()))
         if key in seen:

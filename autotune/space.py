@@ -35,6 +35,9 @@ from optuna.distributions import (
 from autotune import expr
 from autotune.errors import ConfigError
 
+#: Spaces up to this many configs can be listed and scored one by one (the GP sampler).
+ENUMERABLE_LIMIT = 20_000
+
 Value = int | float | str
 Config = dict[str, Value]
 
@@ -91,11 +94,21 @@ class Candidate:
 
 
 class SearchSpace:
-    def __init__(self, source: str, engine: str | None, params: list[Param], rules: list[Rule]):
+    def __init__(
+        self,
+        source: str,
+        engine: str | None,
+        params: list[Param],
+        rules: list[Rule],
+        memory_grows_with: tuple[str, ...] = (),
+    ):
         self.source = source
         self.engine = engine
         self.params = {p.name: p for p in params}
         self.rules = rules
+        self.memory_grows_with = memory_grows_with
+        """Knobs whose every increase costs memory (see the space file's `memory_grows_with`)."""
+        self._enumerated: list[Candidate] | None = None  # a space never changes once parsed
         self.order = _topological_order(source, self.params)
 
     # -- what the study sees ---------------------------------------------------
@@ -205,6 +218,10 @@ class SearchSpace:
                 names |= set(rule.set)
         return names
 
+    def bounds(self, name: str, config: Mapping[str, Value]) -> tuple[int, int]:
+        """The integer range of parameter `name` given the values it depends on."""
+        return self._bounds(self.params[name], config)
+
     def _bounds(self, p: Param, config: Mapping[str, Value]) -> tuple[int, int]:
         lo = int(p.low(config))  # type: ignore[misc]
         hi = int(p.high(config))  # type: ignore[misc]
@@ -220,6 +237,11 @@ class SearchSpace:
 
     def enumerate(self) -> list[Candidate]:
         """Every distinct configuration the space can propose, in a stable order."""
+        if self._enumerated is None:
+            self._enumerated = self._walk_all()
+        return list(self._enumerated)
+
+    def _walk_all(self) -> list[Candidate]:
         seen: dict[tuple[tuple[str, Value], ...], Candidate] = {}
 
         def walk(i: int, config: Config) -> None:
@@ -253,6 +275,13 @@ class SearchSpace:
 
     def size(self) -> int:
         return len(self.enumerate())
+
+    def enumerable(self, limit: int = ENUMERABLE_LIMIT) -> bool:
+        """True when every config can be listed (no float range) and there are at most `limit`."""
+        for p in self.params.values():
+            if p.type == "float" and p.choices is None and not p.fixed:
+                return False
+        return self.size() <= limit
 
 
 # -- mapping a fraction to an integer range ----------------------------------
@@ -338,9 +367,9 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 def space_from_dict(data: Any, source: str) -> SearchSpace:
     if not isinstance(data, dict):
         raise ConfigError(source, None, "a search space must be a mapping with a 'params' key")
-    unknown = set(data) - {"engine", "params", "rules", "description"}
+    unknown = set(data) - {"engine", "params", "rules", "description", "memory_grows_with"}
     if unknown:
-        problem = "unknown key (expected params, rules, engine)"
+        problem = "unknown key (expected params, rules, engine, memory_grows_with)"
         raise ConfigError(source, sorted(unknown)[0], problem)
     raw_params = data.get("params")
     if not isinstance(raw_params, dict) or not raw_params:
@@ -354,9 +383,23 @@ def space_from_dict(data: Any, source: str) -> SearchSpace:
     engine = data.get("engine")
     if engine is not None and not isinstance(engine, str):
         raise ConfigError(source, "engine", f"must be a string, got {engine!r}")
-    space = SearchSpace(source, engine, params, rules)
+    memory = _memory_knobs(source, data.get("memory_grows_with"), params)
+    space = SearchSpace(source, engine, params, rules, memory)
     _smoke_test(space)
     return space
+
+
+def _memory_knobs(source: str, raw: Any, params: list[Param]) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    numeric = {p.name for p in params if p.type != "str"}
+    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+        raise ConfigError(source, "memory_grows_with", "must be a list of parameter names")
+    for name in raw:
+        if name not in numeric:
+            problem = f"{name!r} is not a numeric parameter of this space"
+            raise ConfigError(source, "memory_grows_with", problem)
+    return tuple(raw)
 
 
 def _param(source: str, name: Any, spec: Any, names: set[str]) -> Param:

@@ -19,7 +19,7 @@ from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
-from autotune import objective
+from autotune import gp, objective
 from autotune.config import Config
 from autotune.dashboard import keyed_constraints, write_legacy_constraints
 from autotune.errors import AutotuneError
@@ -79,21 +79,40 @@ def _use_wal(storage: RDBStorage) -> None:
         log.warning("study DB stays in rollback-journal mode", error=str(exc))
 
 
+#: Random proposals before the model takes over, when study.startup_trials is not given.
+#: The GP needs only two points besides the baseline; TPE's densities need more.
+DEFAULT_STARTUP = {"gp": 2, "tpe": 6, "optuna-gp": 6}
+
+
+def sampler_name(cfg: Config) -> str:
+    """The sampler a study runs: `auto` is the GP for one objective on a listable space."""
+    s = cfg.study.sampler
+    if s != "auto":
+        return s
+    single = len(objective.metric_names(cfg.objective, cfg.benchmark.concurrency)) == 1
+    return "gp" if single and cfg.space.enumerable() else "tpe"
+
+
 def make_sampler(cfg: Config) -> optuna.samplers.BaseSampler:
     s = cfg.study
-    if s.sampler == "random":
+    name = sampler_name(cfg)
+    startup = s.startup_trials if s.startup_trials is not None else DEFAULT_STARTUP.get(name, 0)
+    if name == "random":
         return optuna.samplers.RandomSampler(seed=s.seed)
-    if s.sampler == "gp":
+    if name == "gp":
+        return gp.EnumeratedGPSampler(cfg.space, seed=s.seed, n_startup_trials=startup)
+    if name == "optuna-gp":
         try:
             import torch  # noqa: F401 - GPSampler needs it; say so before the study starts
         except ImportError:
             raise AutotuneError(
-                "study.sampler: gp needs PyTorch; install it with: pip install 'autotune[gp]'"
+                "study.sampler: optuna-gp needs PyTorch; "
+                "install it with: pip install 'autotune[optuna-gp]'"
             ) from None
-        return optuna.samplers.GPSampler(seed=s.seed, n_startup_trials=s.startup_trials)
+        return optuna.samplers.GPSampler(seed=s.seed, n_startup_trials=startup)
     # One process proposes one trial at a time, so constant liar has nothing to do.
     return optuna.samplers.TPESampler(
-        n_startup_trials=s.startup_trials, multivariate=True, seed=s.seed, constant_liar=False
+        n_startup_trials=startup, multivariate=True, seed=s.seed, constant_liar=False
     )
 
 
@@ -340,16 +359,57 @@ def is_feasible(t: FrozenTrial) -> bool:
     return t.state == TrialState.COMPLETE and all(v <= 0 for v in t.constraints.values())
 
 
+#: Study user attribute: the trial the GP's posterior mean ranks first (see update_model_best).
+MODEL_BEST = "model_best"
+
+
+def update_model_best(study: optuna.Study, space: SearchSpace) -> int | None:
+    """Record the feasible trial the model believes best, after a trial was measured.
+
+    One benchmark is one noisy sample (a restarted server is 1-2 % faster or
+    slower than the last time); the raw maximum over dozens of configs is
+    biased towards a lucky draw. The GP pools each measurement with its
+    neighbours', so its pick is what `best_trials` declares until the
+    finalists have been measured again. Single objective on a listable space only.
+    """
+    if len(study.directions) != 1 or not space.enumerable():
+        return None
+    chosen = gp.recommend(space, study.get_trials(deepcopy=False))
+    if chosen is not None and study.user_attrs.get(MODEL_BEST) != chosen.number:
+        study.set_user_attr(MODEL_BEST, chosen.number)
+    return chosen.number if chosen is not None else None
+
+
+def chosen_by(study: optuna.Study, t: FrozenTrial) -> str:
+    """Why `best_trials` names `t`: what a person reading `autotune best` should know."""
+    if len(study.directions) != 1:
+        return "not dominated (Pareto front)"
+    attrs = study.user_attrs
+    if (attrs.get("finalists") or {}).get("declared_best") == t.number:
+        return "best median after the finalists were measured again"
+    if attrs.get(MODEL_BEST) == t.number:
+        return "best by the model of every measurement"
+    return "best measurement"
+
+
 def best_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """Best feasible trial(s): one for a single objective, the Pareto front otherwise."""
+    """Best feasible trial(s): one for a single objective, the Pareto front otherwise.
+
+    For one objective: the finalists' winner once they were measured again,
+    else the model's pick (`update_model_best`), else the best measurement.
+    """
     feasible = [t for t in study.get_trials(deepcopy=False) if is_feasible(t)]
     if not feasible:
         return []
     if len(study.directions) == 1:
-        declared = (study.user_attrs.get("finalists") or {}).get("declared_best")
+        attrs = study.user_attrs
+        declared = (attrs.get("finalists") or {}).get("declared_best")
         validated = [t for t in feasible if t.number == declared]
         if validated:  # the best by median after the finalists were measured again
             return validated
+        modelled = [t for t in feasible if t.number == attrs.get(MODEL_BEST)]
+        if modelled:  # the best by the model of every measurement so far
+            return modelled
         return [max(feasible, key=lambda t: (t.value, -t.number))]
     front = []
     for t in feasible:

@@ -51,7 +51,7 @@ def study_dir(
     sim_flags: str = "--sim-load-time 0.2",
     concurrency: list[int] | None = None,
     objective: dict[str, Any] | None = None,
-    sampler: str = "tpe",
+    sampler: str = "auto",
     finalists: int = 0,
 ) -> Path:
     port = free_port()
@@ -63,7 +63,6 @@ def study_dir(
             "n_trials": n_trials,
             "seed": 3,
             "sampler": sampler,
-            "startup_trials": 3,
         },
         "target": {
             "unit_file": "sim.service",

@@ -6,11 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
-from autotune import cli
+from autotune import cli, gp
 from autotune.config import load_config
+from autotune.study import make_sampler
 
 REPO = Path(__file__).resolve().parent.parent
 UNIT = (REPO / "examples" / "sglang-sim.service").read_text()
@@ -43,7 +45,7 @@ def test_good_config_validates(tmp_path: Path, capsys: pytest.CaptureFixture[str
     code = cli.main(["validate", "--config", str(_write(tmp_path, _base()))])
     out = capsys.readouterr().out
     assert code == 0
-    assert "511 configs" in out
+    assert "427 configs" in out
 
 
 def test_demo_config_loads() -> None:
@@ -73,7 +75,11 @@ _DELETE = object()
 BAD_INPUT = [
     ("study.n_trials", "ten", "study.n_trials: must be a whole number, got str 'ten'"),
     ("study.n_trials", 0, "study.n_trials: must be at least 1, got 0"),
-    ("study.sampler", "cmaes", "study.sampler: must be one of tpe, gp, random; got 'cmaes'"),
+    (
+        "study.sampler",
+        "cmaes",
+        "study.sampler: must be one of auto, gp, tpe, random, optuna-gp; got 'cmaes'",
+    ),
     ("study.storage", "autotune.db", "study.storage: must be a URL like sqlite:///autotune.db"),
     ("study.colour", "blue", "study.colour: unknown key"),
     ("target.deploy", "kubernetes", "target.deploy: must be one of local-process"),
@@ -198,3 +204,20 @@ def test_daemon_service_example_is_a_valid_unit() -> None:
 
     text = (REPO / "examples" / "autotune.service").read_text()
     assert verify_unit(text, "autotune.service", check_executables=False) == []
+
+
+def test_gp_sampler_refuses_a_pareto_objective(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _set(_set(_base(), "study.sampler", "gp"), "objective.mode", "pareto")
+    path = _write(tmp_path, data)
+    code, err = _validate(path, capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"{path}: study.sampler: gp models one objective" in err
+
+
+def test_auto_sampler_is_the_gp_for_one_objective_and_tpe_for_a_front(tmp_path: Path) -> None:
+    single = load_config(_write(tmp_path, _base()))
+    assert isinstance(make_sampler(single), gp.EnumeratedGPSampler)
+    front = load_config(_write(tmp_path, _set(_base(), "objective.mode", "pareto")))
+    assert isinstance(make_sampler(front), optuna.samplers.TPESampler)

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import yaml
 
 from autotune.errors import ConfigError
 from autotune.space import load_space, space_from_dict
@@ -21,12 +22,12 @@ STEPS, TOPK, DRAFT = (
 def test_eagle_space_enumerates_every_distinct_config() -> None:
     space = load_space(EAGLE)
     configs = [c.params for c in space.enumerate()]
-    # topk 1: 8 chains; topk k>1: draft 2..min(64, s*k+1) for each step count s.
-    expected = 8 + sum(min(64, s * k + 1) - 1 for k in (2, 4, 8) for s in range(1, 9))
-    assert len(configs) == expected == 511
+    # topk 1: 8 chains; topk k>1: draft steps+1 .. min(64, s*k+1) for each step count s.
+    expected = 8 + sum(min(64, s * k + 1) - s for k in (2, 4, 8) for s in range(1, 9))
+    assert len(configs) == expected == 427
     assert len({tuple(c.items()) for c in configs}) == len(configs)
     for c in configs:
-        assert 2 <= c[DRAFT] <= min(64, c[STEPS] * c[TOPK] + 1)
+        assert c[STEPS] + 1 <= c[DRAFT] <= min(64, c[STEPS] * c[TOPK] + 1)
         if c[TOPK] == 1:
             assert c[DRAFT] == c[STEPS] + 1
 
@@ -117,3 +118,22 @@ def test_bad_space_is_a_config_error(spec: dict, message: str) -> None:
         space_from_dict(spec, "space.yaml")
     assert message in str(err.value)
     assert str(err.value).startswith("space.yaml")
+
+
+def test_memory_knobs_are_named_by_the_space_file() -> None:
+    assert load_space(EAGLE).memory_grows_with == (STEPS, TOPK, DRAFT)
+
+
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        ("steps", "must be a list of parameter names"),
+        (["speculative_num_steps", "nope"], "'nope' is not a numeric parameter of this space"),
+    ],
+)
+def test_bad_memory_knobs_name_the_key(tmp_path, value, problem) -> None:
+    data = yaml.safe_load(EAGLE.read_text())
+    data["memory_grows_with"] = value
+    with pytest.raises(ConfigError) as err:
+        space_from_dict(data, "space.yaml")
+    assert "memory_grows_with" in str(err.value) and problem in str(err.value)

@@ -171,21 +171,25 @@ def _validation(d: StudyData) -> str:
     for n, v in sorted(d.validation.items(), key=lambda kv: -float(kv[1].get("median", 0))):
         mark = " (declared best)" if n == d.declared_best else ""
         values = ", ".join(_num(float(x)) for x in v.get("values", []))
+        first = _num(v.get("first")) if v.get("first") is not None else ""
         rows.append(
             [
                 esc(f"{n}{mark}"),
                 f"<code>{esc(_config_text(d.trial(n).config))}</code>"
                 if any(t.number == n for t in d.trials)
                 else "",
+                _cell_num(first),
                 _cell_num(values),
                 _cell_num(_num(v.get("median"))),
                 _cell_num(_num(v.get("mad"))),
             ]
         )
-    head = ["trial", "config", "measurements", "median", "MAD"]
+    head = ["trial", "config", "trial's value", "measured again", "median", "MAD"]
     return (
         "<p>The top configs were measured again, interleaved, when the budget was spent; "
-        "the best median wins (a single run is one noisy sample):</p>" + _table(head, rows)
+        "the best median of the new measurements wins (a single run is one noisy sample, "
+        "and the trial's own value is what put it in the top: biased upwards):</p>"
+        + _table(head, rows)
     )
 
 

@@ -1,0 +1,109 @@
+"""The strategies compared: a sampler, its settings, and configs run first.
+
+Every candidate runs through the same study code (`daemon.run_trials`); only
+the `study:` settings, the sampler object and the queue of configs enqueued
+after the baseline differ. Candidates are looked up by name so that worker
+processes rebuild them (spawn-safe).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from autotune import study as st
+from autotune.config import Config
+
+from .grid import grid_on_space
+from .priors import informative_configs
+
+SamplerFactory = Callable[[Config], optuna.samplers.BaseSampler]
+FirstConfigs = Callable[[Config, dict[str, Any] | None], list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    about: str
+    study: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Overrides of the `study:` section (sampler, startup_trials), as a user would write them."""
+    sampler: SamplerFactory = st.make_sampler
+    first: FirstConfigs | None = None
+    """Configs enqueued after the baseline (the second argument), run in this order."""
+    only_first: bool = False
+    """Stop when the queue is done (a fixed plan such as the grid)."""
+    raw_best: bool = False
+    """Judge the best measurement, not the model's pick that the study declares."""
+    needs_torch: bool = False
+
+
+def _tpe(**kw: Any) -> SamplerFactory:
+    def build(cfg: Config) -> optuna.samplers.BaseSampler:
+        options = {"n_startup_trials": 6, "multivariate": True, **kw}
+        return optuna.samplers.TPESampler(seed=cfg.study.seed, constant_liar=False, **options)
+
+    return build
+
+
+def _docs_batch(cfg: Config, start: dict[str, Any] | None) -> list[dict[str, Any]]:
+    return informative_configs(cfg.space, "docs", skip=[start] if start else [])
+
+
+#: Run by `make bench-efficiency`: what the bar is about, and every kind of alternative.
+#: (tpe-group proposes exactly what tpe proposes on these spaces -- every trial has every
+#: parameter, so there is one group -- and is left to `--candidates all`.)
+CORE = ("default", "tpe", "tpe-independent", "tpe-startup10", "random", "grid")
+
+CANDIDATES: dict[str, Candidate] = {
+    c.name: c
+    for c in (
+        Candidate("default", "what autotune runs by default (sampler: auto -> gp, 2 startup)"),
+        Candidate(
+            "tpe",
+            "multivariate TPE, 6 startup trials (the default before this benchmark)",
+            study={"sampler": "tpe"},
+        ),
+        Candidate("tpe-independent", "TPE, one knob at a time", sampler=_tpe(multivariate=False)),
+        Candidate("tpe-group", "multivariate TPE, group=True", sampler=_tpe(group=True)),
+        Candidate(
+            "tpe-startup10",
+            "multivariate TPE, 10 startup trials",
+            study={"sampler": "tpe", "startup_trials": 10},
+        ),
+        Candidate("random", "random search (with the study's dedupe)", study={"sampler": "random"}),
+        Candidate(
+            "grid",
+            "SGLang's sweep order mapped onto the space, once",
+            study={"sampler": "random"},
+            first=lambda cfg, _start: grid_on_space(cfg.space),
+            only_first=True,
+        ),
+        # -- ablations and what else was tried (--candidates all) ---------------------
+        Candidate(
+            "gp-raw-best",
+            "default, judged by its best measurement instead of the model's pick",
+            raw_best=True,
+        ),
+        Candidate("gp-startup6", "default with 6 startup trials", study={"startup_trials": 6}),
+        Candidate(
+            "gp-docs-batch",
+            "default after SGLang's documented configs (5,4,8) (5,8,32) (5,1,6)",
+            first=_docs_batch,
+        ),
+        Candidate(
+            "optuna-gp",
+            "Optuna's GPSampler (needs torch), 6 startup trials",
+            study={"sampler": "optuna-gp"},
+            needs_torch=True,
+        ),
+    )
+}
+
+
+def configure(candidate: Candidate, cfg: Config, seed: int) -> Config:
+    study = dataclasses.replace(cfg.study, seed=seed, **candidate.study)
+    return dataclasses.replace(cfg, study=study)

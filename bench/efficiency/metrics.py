@@ -1,0 +1,66 @@
+"""From traces to the numbers of the table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .run import APPLIED_AT, Trace
+
+TARGET = 0.98
+REGRET_AT = (10, 20, 30)
+
+
+@dataclass(frozen=True)
+class Stats:
+    runs: int
+    t98_median: float  # math.inf when fewer than half the runs got there within the budget
+    t98_p90: float
+    reached: float  # share of runs that got there within the budget
+    found_median: float  # the same, had the study judged every deployed config noise-free
+    infeasible: float  # share of deployments spent on refused or infeasible configs
+    regret: tuple[float, ...]  # mean 1 - best/optimum after REGRET_AT deployments
+    applied: tuple[float, ...]  # share of runs whose finalists' winner reached TARGET, APPLIED_AT
+
+
+def trials_to_target(trace: Trace, target: float = TARGET, *, found: bool = False) -> float:
+    """Deployments (the baseline is 1) until the declared best is worth `target` of the optimum.
+
+    With `found`, until a config worth that was deployed, whatever the noise made of it.
+    """
+    for i, ratio in enumerate(trace.found_ratio if found else trace.best_ratio, 1):
+        if ratio >= target - 1e-12:
+            return float(i)
+    return math.inf
+
+
+def ratio_after(trace: Trace, n: int) -> float:
+    """The declared best after n deployments; a study that ran out of configs keeps its last."""
+    if not trace.best_ratio:
+        return 0.0
+    return trace.best_ratio[min(n, len(trace.best_ratio)) - 1]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest rank: the smallest value that at least q of the runs are at or below."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def summarise(traces: Sequence[Trace], budget: int) -> Stats:
+    t98 = [trials_to_target(t) for t in traces]
+    spent = [t.infeasible[:budget] for t in traces]
+    return Stats(
+        runs=len(traces),
+        t98_median=percentile(t98, 0.5),
+        t98_p90=percentile(t98, 0.9),
+        reached=sum(math.isfinite(x) for x in t98) / len(t98),
+        found_median=percentile([trials_to_target(t, found=True) for t in traces], 0.5),
+        infeasible=sum(sum(s) for s in spent) / max(1, sum(len(s) for s in spent)),
+        regret=tuple(sum(1.0 - ratio_after(t, n) for t in traces) / len(traces) for n in REGRET_AT),
+        applied=tuple(
+            sum(t.applied[i] >= TARGET - 1e-12 for t in traces) / len(traces)
+            for i in range(len(APPLIED_AT))
+        ),
+    )

@@ -1,0 +1,118 @@
+"""One study of one candidate on one cell with one seed, through autotune's own study loop."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import warnings
+from dataclasses import dataclass
+
+import optuna
+
+from autotune import daemon, finalists, objective
+from autotune import study as st
+from autotune.config import Config
+
+from .candidates import CANDIDATES, configure
+from .cells import Cell, Landscape, baseline_flags, landscape
+from .simulated import SIM_NOISE, SimulatedServer
+
+#: Proposals a study may spend on configs measured already before it counts as stuck.
+MAX_TRIALS_PER_DEPLOYMENT = 5
+#: Budgets at which the study's end is played out: finalists measured again, best applied.
+APPLIED_AT = (15, 30)
+FINALISTS, FINALIST_ROUNDS = 3, 2  # autotune's defaults (benchmark.finalists, finalist_rounds)
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Per deployment (the baseline is deployment 1): what the study would declare best then."""
+
+    best_ratio: tuple[float, ...]
+    """True value of the declared best (`study.best_trials`), as a share of the optimum."""
+    found_ratio: tuple[float, ...]
+    """True value of the best config deployed so far: what a noise-free study would declare."""
+    infeasible: tuple[bool, ...]
+    """Whether that deployment was refused or infeasible."""
+    trials: int
+    """Study trials used (deployments plus proposals answered from earlier results)."""
+    applied: tuple[float, ...] = ()
+    """True value of what autotune would apply had the study ended after APPLIED_AT[i]
+    deployments: the finalists' winner (FINALISTS measured again FINALIST_ROUNDS times)."""
+
+
+def in_memory_study(cfg: Config, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
+    """What `study.open_study` builds, without a database (the storage plays no part here)."""
+    names = objective.metric_names(cfg.objective, cfg.benchmark.concurrency)
+    study = optuna.create_study(sampler=sampler, directions=["maximize"] * len(names))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(names)
+    return study
+
+
+def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = SIM_NOISE) -> Trace:
+    land = landscape(cell)
+    cand = CANDIDATES[candidate]
+    cfg = configure(cand, land.cfg, seed)
+    study = in_memory_study(cfg, cand.sampler(cfg))
+    baseline = st.baseline_of(cfg.space, baseline_flags(cell))
+    st.enqueue_baseline_once(study, baseline)
+    start = cfg.space.decode(baseline.params) if baseline.params is not None else None
+    for config in cand.first(cfg, start) if cand.first else []:
+        if config != start:
+            study.enqueue_trial(cfg.space.encode(config), skip_if_exists=False)
+    # The same seed draws the same noise for every candidate (common random numbers).
+    server = SimulatedServer(land, random.Random(f"{cell}/{seed}"), noise)
+    ratios: list[float] = []
+    found: list[float] = []
+    infeasible: list[bool] = []
+    measured: set[tuple] = set()
+    applied: list[float] = []
+    trials = 0
+    while len(ratios) < budget and trials < budget * MAX_TRIALS_PER_DEPLOYMENT:
+        if cand.only_first and not _waiting(study):
+            break
+        trials += 1
+        before = len(server.deployed)
+        daemon.run_trials(cfg, study, server, baseline, trials, artifacts=False)
+        if len(server.deployed) == before:
+            continue  # answered from an earlier trial: nothing deployed, nothing spent
+        config = server.deployed[-1]
+        measured.add(cfg.space.key(config))
+        best = _raw_best(study) if cand.raw_best else st.best_trials(study)
+        ratios.append(land.ratio(st.trial_config(best[0])) if best else 0.0)
+        found.append(max(land.ratio(config), found[-1] if found else 0.0))
+        infeasible.append(not land.truth(config).feasible)
+        if len(ratios) in APPLIED_AT:
+            applied.append(_after_finalists(cfg, study, land, f"{cell}/{seed}/{trials}", noise))
+        if len(measured) == land.size:
+            break  # every config measured: nothing left to learn
+    while len(applied) < len(APPLIED_AT):  # the study ran out of configs: its end is now
+        applied.append(_after_finalists(cfg, study, land, f"{cell}/{seed}/end", noise))
+    return Trace(tuple(ratios), tuple(found), tuple(infeasible), trials, tuple(applied))
+
+
+def _after_finalists(
+    cfg: Config, study: optuna.Study, land: Landscape, seed: str, noise: float
+) -> float:
+    """Play out autotune's end of study (finalists.validate), judge its pick, then undo it."""
+    bench = dataclasses.replace(cfg.benchmark, finalists=FINALISTS, finalist_rounds=FINALIST_ROUNDS)
+    server = SimulatedServer(land, random.Random(seed), noise)
+    declared = finalists.validate(
+        dataclasses.replace(cfg, benchmark=bench),
+        study,
+        lambda params: server(params, lambda _config: None),
+    )
+    study.set_user_attr(finalists.FINALISTS, None)
+    best = [study.trials[declared]] if declared is not None else st.best_trials(study)
+    return land.ratio(st.trial_config(best[0])) if best else 0.0
+
+
+def _raw_best(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    feasible = [t for t in study.get_trials(deepcopy=False) if st.is_feasible(t)]
+    return [max(feasible, key=lambda t: (t.value, -t.number))] if feasible else []
+
+
+def _waiting(study: optuna.Study) -> bool:
+    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))

@@ -1,0 +1,125 @@
+"""Sample efficiency: how many deployments autotune's study needs, against random and grid search.
+
+    .venv/bin/python bench/sample_efficiency.py [--seeds 20] [--candidates default,random,grid]
+
+Runs autotune's own study loop (`daemon.run_trials`: sampler, space encoding,
+baseline, dedupe, constraints, infeasible handling) against the simulator's
+noise-bearing model in process, for every cell (search space x simulator
+profile x workload x objective) and seed, and writes the table to
+bench/results/sample_efficiency.md. See docs/sample-efficiency.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import multiprocessing
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.efficiency import metrics, report  # noqa: E402
+from bench.efficiency.candidates import CANDIDATES, CORE  # noqa: E402
+from bench.efficiency.cells import Cell, all_cells  # noqa: E402
+from bench.efficiency.run import Trace, run_one  # noqa: E402
+from bench.efficiency.simulated import SIM_NOISE  # noqa: E402
+
+Job = tuple[Cell, str, int, int, float]
+
+
+def _quiet() -> None:
+    from autotune import log
+
+    log.setup("ERROR")
+
+
+def _run(job: Job) -> tuple[Cell, str, Trace]:
+    cell, candidate, seed, budget, noise = job
+    return cell, candidate, run_one(cell, candidate, seed, budget, noise)
+
+
+def run(
+    cells: list[Cell],
+    candidates: list[str],
+    seeds: int,
+    budget: int,
+    workers: int,
+    noise: float = SIM_NOISE,
+) -> dict[tuple[Cell, str], list[Trace]]:
+    # Slow candidates first, so that the pool does not end waiting on one straggler.
+    jobs = [
+        (cell, name, seed, budget, noise)
+        for name in sorted(candidates, key=lambda n: not CANDIDATES[n].needs_torch)
+        for cell in cells
+        for seed in range(seeds)
+    ]
+    traces: dict[tuple[Cell, str], list[Trace]] = defaultdict(list)
+    # The GP's matrices are tiny: BLAS threads would only fight the other worker for a
+    # core. Spawned workers inherit the environment before they import numpy.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    if workers <= 1:
+        _quiet()
+        done = map(_run, jobs)
+    else:
+        pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_quiet)
+        done = pool.imap_unordered(_run, jobs, chunksize=4)
+    for cell, name, trace in done:
+        traces[(cell, name)].append(trace)
+    if workers > 1:
+        pool.close()
+        pool.join()
+    return traces
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seeds", type=int, default=20)
+    p.add_argument("--budget", type=int, default=30, help="deployments per study")
+    p.add_argument(
+        "--candidates",
+        default=",".join(CORE),
+        help=f"comma-separated, or 'all' ({', '.join(CANDIDATES)})",
+    )
+    p.add_argument(
+        "--cells", default="", help="only cells whose label contains one of these (comma-separated)"
+    )
+    p.add_argument("--noise", type=float, default=SIM_NOISE, help="the sim's --sim-noise")
+    p.add_argument("--workers", type=int, default=multiprocessing.cpu_count())
+    p.add_argument("--out", default=str(REPO / "bench" / "results" / "sample_efficiency.md"))
+    args = p.parse_args(argv)
+    names = list(CANDIDATES) if args.candidates == "all" else args.candidates.split(",")
+    unknown = [n for n in names if n not in CANDIDATES]
+    if unknown:
+        p.error(f"unknown candidate(s): {', '.join(unknown)}")
+    if any(CANDIDATES[n].needs_torch for n in names) and importlib.util.find_spec("torch") is None:
+        p.error("optuna-gp needs PyTorch: pip install 'autotune[optuna-gp]'")
+    wanted = args.cells.split(",")
+    cells = [c for c in all_cells() if any(w in c.label for w in wanted)]
+    started = time.monotonic()
+    traces = run(cells, names, args.seeds, args.budget, args.workers, args.noise)
+    seconds = time.monotonic() - started
+    results = {key: metrics.summarise(ts, args.budget) for key, ts in traces.items()}
+    text = report.markdown(
+        results,
+        names,
+        seeds=args.seeds,
+        budget=args.budget,
+        noise=args.noise,
+        seconds=seconds,
+        workers=args.workers,
+    )
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(text)
+    print(f"wrote {args.out} in {seconds:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
