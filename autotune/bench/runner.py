@@ -37,6 +37,8 @@ from autotune.errors import AutotuneError
 
 TICK_S = 0.2
 PROGRESS_EVERY_S = 1.0
+#: The live confidence interval must be this share of benchmark.ci_width before a level stops.
+CI_STOP_MARGIN = 0.9
 ABORT_MIN_ERRORS = 3
 """A dead or refusing server fails the level early: this many errors, over half of all tries."""
 
@@ -285,8 +287,12 @@ class _Level:
             if self.win_start is not None and not self.stopping:
                 window = now - self.win_start
                 ci = self._live_ci(now)
+                # The live estimate uses the batches so far; the reported one is computed
+                # again over the final window (up to the last request's end), which can come
+                # out a little wider: stop with a margin so that the target is still met.
+                target = None if s.ci_width is None else s.ci_width * CI_STOP_MARGIN
                 if window >= s.max_duration_s or (
-                    window >= s.min_duration_s and (s.ci_width is None or ci <= s.ci_width)
+                    window >= s.min_duration_s and (target is None or ci <= target)
                 ):
                     self.stopping = True
                     self.stop_at = now
