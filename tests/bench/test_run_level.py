@@ -123,7 +123,9 @@ def test_early_stop_counts_what_was_generated_not_max_tokens() -> None:
     assert res.mean_output_tokens == pytest.approx(20, abs=1)
     assert res.finished_by_length < 0.1
     truth = server.stats.tokens_between(res.window_start_unix, res.window_end_unix)
-    assert res.output_tokens == pytest.approx(truth, rel=0.01)
+    # A one-second window of ~480 tokens: at each edge the server's clock and the
+    # client's may put a token of each stream on opposite sides (seen: 472 vs 477).
+    assert res.output_tokens == pytest.approx(truth, abs=2 * 2 * 2)
 
 
 def test_native_generate_endpoint_reads_meta_info_and_acceptance() -> None:
