@@ -424,8 +424,8 @@ def best_trials(study: optuna.Study) -> list[FrozenTrial]:
     return front
 
 
-def trial_config(t: FrozenTrial) -> dict[str, Any]:
-    return dict(t.user_attrs.get("resolved") or t.user_attrs.get("config") or {})
+#: The config a trial ran: as the server resolved it, else as proposed.
+trial_config = gp.config_of
 
 
 def now() -> float:

@@ -99,8 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown candidate(s): {', '.join(unknown)}")
     if any(CANDIDATES[n].needs_torch for n in names) and importlib.util.find_spec("torch") is None:
         p.error("optuna-gp needs PyTorch: pip install 'autotune[optuna-gp]'")
+    if args.seeds < 1 or args.budget < 1:
+        p.error(f"--seeds and --budget must be at least 1, got {args.seeds} and {args.budget}")
     wanted = args.cells.split(",")
     cells = [c for c in all_cells() if any(w in c.label for w in wanted)]
+    if not cells:
+        p.error(
+            f"--cells {args.cells!r} matches no cell (labels look like 'eagle qwen natural c1')"
+        )
     started = time.monotonic()
     traces = run(cells, names, args.seeds, args.budget, args.workers, args.noise)
     seconds = time.monotonic() - started

@@ -221,3 +221,23 @@ def test_auto_sampler_is_the_gp_for_one_objective_and_tpe_for_a_front(tmp_path: 
     assert isinstance(make_sampler(single), gp.EnumeratedGPSampler)
     front = load_config(_write(tmp_path, _set(_base(), "objective.mode", "pareto")))
     assert isinstance(make_sampler(front), optuna.samplers.TPESampler)
+
+
+def test_gp_sampler_refuses_a_space_it_cannot_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    space = yaml.safe_load(
+        (Path(__file__).parent.parent / "search_spaces" / "sglang-mtp.yaml").read_text()
+    )
+    space["params"]["mem_fraction_static"] = {
+        "flag": "--mem-fraction-static",
+        "type": "float",
+        "low": 0.8,
+        "high": 0.9,
+    }
+    (tmp_path / "floats.yaml").write_text(yaml.safe_dump(space))
+    data = _set(_set(_base(), "study.sampler", "gp"), "search_space", "floats.yaml")
+    path = _write(tmp_path, data)
+    code, err = _validate(path, capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"{path}: study.sampler: gp scores every config of the space" in err

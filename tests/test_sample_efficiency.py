@@ -138,3 +138,19 @@ def test_the_script_writes_its_table(tmp_path):
     text = out.read_text()
     assert "| mtp qwen greedy c1 | 8 (8, 2) | default |" in text
     assert "| grid |" in text
+
+
+@pytest.mark.parametrize(
+    "argv,problem",
+    [
+        (["--cells", "nomatch"], "--cells 'nomatch' matches no cell"),
+        (["--seeds", "0"], "--seeds and --budget must be at least 1"),
+        (["--candidates", "cmaes"], "unknown candidate(s): cmaes"),
+    ],
+)
+def test_the_script_refuses_nonsense_in_one_line(argv, problem, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        sample_efficiency.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert problem in err[-1]
