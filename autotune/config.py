@@ -7,6 +7,7 @@ config can be run from anywhere. A search space given by bare name
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,16 +18,16 @@ from urllib.parse import urlparse
 import yaml
 
 from autotune import resources
+from autotune.engines import ENGINES
 from autotune.errors import ConfigError
 from autotune.space import ENUMERABLE_LIMIT, SearchSpace, load_space, space_from_dict
 
 DEPLOY_MODES = ("local-process", "local-systemd", "ssh")
-ENGINES = ("sglang",)
 SAMPLERS = ("auto", "gp", "tpe", "random", "optuna-gp")
 OBJECTIVE_MODES = ("geomean", "single", "pareto")
-BUILTIN_WORKLOADS = ("natural", "greedy", "random")
+BUILTIN_WORKLOADS = ("natural", "copy", "greedy", "random")
 ENDPOINTS = ("chat", "completions", "generate")
-ON_FINISH = ("apply-best", "restore", "leave")
+ON_FINISH = ("apply-best", "restore", "leave", "stop")
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,9 @@ class StudyConfig:
     seed: int | None = None
     startup_trials: int | None = None
     """Random proposals before the model; None: the sampler's own default (gp 2, tpe 6)."""
-    on_finish: Literal["apply-best", "restore", "leave"] = "apply-best"
+    on_finish: Literal["apply-best", "restore", "leave", "stop"] = "apply-best"
+    """Default apply-best; with deploy: local-process, stop (a rehearsal server ends with
+    autotune unless the config asks to keep it serving)."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,9 @@ class ConstraintsConfig:
     min_running_requests: int | None = None
     max_ttft_p99_ms: float | None = None
     max_itl_p50_ms: float | None = None
+    max_degenerate_share: float | None = 0.2
+    """Above this share of looping replies a config produces garbage fast (greedy is exempt).
+    null turns it off: a small model that loops whatever the speculative setting."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,19 @@ class Config:
     benchmark: BenchmarkConfig
     objective: ObjectiveConfig
 
+    def warmup(self) -> str:
+        """What every level sends before measuring, the same in every trial (a speculator
+        that learns from what it served starts each trial from the same state)."""
+        from autotune.bench.result import LevelSettings
+
+        n = self.benchmark.warmup_requests
+        count = "one request per concurrency slot" if n is None else f"{n} requests"
+        tokens = LevelSettings(concurrency=1).warmup_max_tokens
+        return (
+            f"{count} of at most {tokens} tokens, the workload's first prompts in the "
+            f"study's order, on a freshly started server"
+        )
+
     def summary(self) -> dict[str, Any]:
         """The settings a study ran with, JSON-safe, without secrets (for the study record)."""
         return {
@@ -108,7 +127,11 @@ class Config:
                 "base_url": self.target.base_url,
             },
             "search_space": self.space_source,
-            "benchmark": {**vars(self.benchmark), "concurrency": list(self.benchmark.concurrency)},
+            "benchmark": {
+                **vars(self.benchmark),
+                "concurrency": list(self.benchmark.concurrency),
+                "warmup": self.warmup(),
+            },
             "objective": {
                 "mode": self.objective.mode,
                 "level": self.objective.level,
@@ -213,6 +236,16 @@ def config_from_dict(data: Any, file: str, base_dir: Path) -> Config:
     benchmark = _benchmark(top.section("benchmark"), base_dir)
     objective = _objective(top.section("objective"), benchmark)
     top.finish()
+    if study.on_finish == "default":
+        local = target.deploy == "local-process"
+        study = dataclasses.replace(study, on_finish="stop" if local else "apply-best")
+    elif study.on_finish == "stop" and target.deploy != "local-process":
+        raise ConfigError(
+            file,
+            "study.on_finish",
+            "stop applies to deploy: local-process only (a GPU host's "
+            "service is never left stopped); use apply-best, restore or leave",
+        )
     if space.engine and space.engine != target.engine:
         raise ConfigError(
             space_source, "engine", f"is {space.engine!r} but target.engine is {target.engine!r}"
@@ -250,7 +283,8 @@ def _study(s: _Section) -> StudyConfig:
         sampler=s.str("sampler", d.sampler, SAMPLERS),
         seed=s.int("seed", None),
         startup_trials=s.int("startup_trials", None, minimum=0),
-        on_finish=s.str("on_finish", d.on_finish, ON_FINISH),
+        # Its default depends on target.deploy: settled in config_from_dict.
+        on_finish=s.str("on_finish", None, ON_FINISH) or "default",
     )
     s.finish()
     return out
@@ -356,7 +390,8 @@ def _benchmark(s: _Section, base_dir: Path) -> BenchmarkConfig:
         if not path.is_file():
             raise s.error(
                 "workload",
-                f"must be natural, greedy, random or a JSONL file; {workload!r} is none of these",
+                f"must be natural, copy, greedy, random or a JSONL file; "
+                f"{workload!r} is none of these",
             )
         workload = str(path)
     min_d = s.number("min_duration", d.min_duration, minimum=0.5)
@@ -400,10 +435,20 @@ def _objective(s: _Section, bench: BenchmarkConfig) -> ObjectiveConfig:
         min_running_requests=c.int("min_running_requests", None, minimum=1),
         max_ttft_p99_ms=c.number("max_ttft_p99_ms", None, minimum=0),
         max_itl_p50_ms=c.number("max_itl_p50_ms", None, minimum=0),
+        max_degenerate_share=_share(c, "max_degenerate_share", 0.2),
     )
     c.finish()
     s.finish()
     return ObjectiveConfig(mode=mode, level=level, constraints=constraints)
+
+
+def _share(s: _Section, name: str, default: float) -> float | None:
+    v = s.get(name, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+        raise s.error(name, f"must be a share between 0 and 1, or null to turn it off; got {v!r}")
+    return float(v)
 
 
 def _local_path(base_dir: Path, raw: str) -> Path:

@@ -16,7 +16,7 @@ from autotune.artifacts import artifact_dir, upload_trial
 from autotune.config import Config
 from autotune.deploy.base import Deployer
 from autotune.engines import get_engine
-from autotune.errors import AutotuneError, ConfigError, DeployError, ServerFailed
+from autotune.errors import AutotuneError, ConfigError, DeployError, ServerFailed, StudyStopped
 from autotune.locking import StudyLock
 from autotune.log import get
 from autotune.stopping import StopRequest, TrialInterrupted
@@ -44,11 +44,41 @@ def check_unit(
     source = str(cfg.target.unit_file)
     current = unitfile.flags(unitfile.parse_exec_start(unit_text, source=source).argv)
     sample = cfg.space.enumerate()[0].params
-    patched = unitfile.patch_unit(unit_text, cfg.space.flags(sample), source=source)
+    patched = cfg.space.patch_unit(unit_text, sample, source=source)
     problems = unitfile.verify_unit(patched, cfg.target.unit, check_executables=check_executables)
     if problems:
         raise ConfigError(source, None, "systemd-analyze verify: " + problems[0])
     return current
+
+
+def check_flags(cfg: Config, deployer: Deployer, unit_text: str) -> None:
+    """Ask the installed server which flags it has, before anything is deployed.
+
+    For every flag of the search space and of the unit: a flag the server's own
+    help does not list (or lists as removed) is one ConfigError naming the space
+    parameter or the unit. Only where the engine can answer cheaply and the
+    deployer can run the program (local-process); elsewhere the first trial
+    that hits such a flag stops the study with the same line.
+    """
+    engine = get_engine(cfg.target.engine)
+    args = engine.help_args()
+    probe = getattr(deployer, "program_output", None)
+    if args is None or probe is None:
+        return
+    text = probe(args)
+    if not text:
+        # Not installed here, say: the first trial will say what is wrong, in the server's words.
+        log.warning("could not ask the server which flags it has", program_args=args)
+        return
+    source = str(cfg.target.unit_file)
+    in_unit = [f for f in unitfile.parse_exec_start(unit_text, source=source).flags() if f]
+    space_flags = {p.flag: name for name, p in cfg.space.params.items()}
+    problems = engine.flag_problems(text, [*space_flags, *in_unit])
+    for flag, why in problems.items():
+        if flag in space_flags:
+            key = f"params.{space_flags[flag]}.flag"
+            raise ConfigError(cfg.space_source, key, f"{flag}: {why}")
+        raise ConfigError(source, "ExecStart", f"{flag}: {why}")
 
 
 def api_key(cfg: Config) -> str | None:
@@ -98,6 +128,7 @@ def _run_with_deployer(
         deployer.preflight()
         base_unit = deployer.original_unit()
         current = check_unit(cfg, base_unit, check_executables=cfg.target.deploy != "ssh")
+        check_flags(cfg, deployer, base_unit)
         baseline = st.baseline_of(cfg.space, current)
         st.enqueue_baseline_once(study, baseline)
         pipeline = TrialPipeline(
@@ -124,6 +155,10 @@ def _run_with_deployer(
         except KeyboardInterrupt:
             log.warning("aborted: putting a known unit in place without waiting for it")
             abort_to_known_config(cfg, study, deployer, pipeline)
+            raise
+        except StudyStopped as stopped:
+            log.error("study stopped: no config can run", reason=stopped.problem)
+            finish(cfg, study, deployer, pipeline)
             raise
         if not stop.requested and st.remaining_budget(study, total) == 0:
             _validate_finalists(cfg, study, pipeline)
@@ -296,6 +331,10 @@ def one_trial(
     except KeyboardInterrupt:
         st.fail_and_requeue(study, trial, failure="interrupted", reason="aborted")
         raise
+    except StudyStopped as stopped:
+        # No config can avoid it: the study ends with one line; the config runs once fixed.
+        st.fail_and_requeue(study, trial, failure="study_stopped", reason=str(stopped))
+        raise
     except Exception as exc:
         st.fail_and_requeue(study, trial, failure="internal_error", reason=repr(exc))
         raise
@@ -352,7 +391,8 @@ def _summary(
 def describe(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]:
     """The JSON shape of `autotune best`."""
     metrics = {k: v for k, v in t.user_attrs.items() if k.startswith(("output_tok_s@", "accept"))}
-    for key in ("max_running_requests", "max_total_num_tokens", "workload"):
+    keys = ("max_running_requests", "max_total_num_tokens", "workload", "draft_acceptance")
+    for key in (*keys, "value_ci", "uncertain_levels"):
         if key in t.user_attrs:
             metrics[key] = t.user_attrs[key]
     validation = finalists.validation_of(study, t.number)
@@ -401,11 +441,13 @@ def unit_of_trial(pipeline: TrialPipeline, t: optuna.trial.FrozenTrial) -> str:
 def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: TrialPipeline) -> None:
     """Leave the server on a config someone chose: the best trial's, or the original."""
     action = cfg.study.on_finish
-    if cfg.target.deploy == "local-process":
-        log.info("rehearsal server stops with autotune (deploy: local-process)")
+    local = cfg.target.deploy == "local-process"
+    if action == "stop":
+        log.info("the server stops with autotune (deploy: local-process, study.on_finish: stop)")
         return
     if action == "leave":
         log.warning("leaving the server as it is (study.on_finish: leave)")
+        _keep_serving(deployer, local)
         return
     best = st.best_trials(study)
     if action == "apply-best" and best:
@@ -414,6 +456,7 @@ def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: Trial
         try:
             pipeline.wait_ready(interruptible=False)
             log.info("serving the best config", trial=best[0].number)
+            _keep_serving(deployer, local)
             return
         except ServerFailed as failed:
             log.error(
@@ -426,8 +469,17 @@ def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: Trial
     try:
         pipeline.wait_ready(interruptible=False)
         log.info("serving the original unit")
+        _keep_serving(deployer, local)
     except ServerFailed as failed:
         raise AutotuneError(f"the original unit did not come back up: {failed.reason}") from None
+
+
+def _keep_serving(deployer: Deployer, local: bool) -> None:
+    """A local child process outlives autotune only when asked to: say how to stop it."""
+    if local and hasattr(deployer, "keep_running"):
+        deployer.keep_running = True
+        pid = getattr(deployer, "pid", None)
+        log.info("the server keeps serving after autotune exits", pid=pid, stop_with=f"kill {pid}")
 
 
 __all__ = ["AutotuneError", "StudySummary", "objective", "run_study"]

@@ -22,6 +22,12 @@ class ConfigError(AutotuneError):
         super().__init__(f"{where}: {problem}" if where else problem)
 
 
+class StudyStopped(ConfigError):
+    """A trial failed in a way no other config can avoid: the installed server does not
+    have a flag, or the unit's model does not load. Stops the study instead of recording
+    every remaining trial as infeasible."""
+
+
 class DeployError(AutotuneError):
     """The deployment transport failed (SSH down, permission denied, disk full).
 
@@ -33,8 +39,9 @@ class DeployError(AutotuneError):
 class ServerFailed(AutotuneError):
     """The server refused, crashed or never became ready with the trial's config."""
 
-    def __init__(self, kind: str, reason: str, log_tail: str = "") -> None:
+    def __init__(self, kind: str, reason: str, log_tail: str = "", flag: str | None = None) -> None:
         self.kind = kind
         self.reason = reason
         self.log_tail = log_tail
+        self.flag = flag
         super().__init__(f"{kind}: {reason}")

@@ -30,6 +30,8 @@ _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
     ast.LtE: operator.le,
     ast.Gt: operator.gt,
     ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
 }
 _FUNCTIONS: dict[str, Callable[..., Any]] = {"min": min, "max": max, "abs": abs, "round": round}
 
@@ -75,6 +77,8 @@ def parse(source: str | int | float, allowed_names: set[str] | frozenset[str]) -
                 ast.BoolOp,
                 ast.Compare,
                 ast.IfExp,
+                ast.Tuple,
+                ast.List,
                 ast.Load,
                 ast.operator,
                 ast.unaryop,
@@ -114,6 +118,9 @@ def _eval(node: ast.expr, env: Mapping[str, Any]) -> Any:
                     return False
                 lhs = rhs
             return True
+        case ast.Tuple(elts=elts) | ast.List(elts=elts):
+            # Only as the right side of `in` (`spec_type in ('ngram-mod', 'ngram-simple')`).
+            return tuple(_eval(e, env) for e in elts)
         case ast.IfExp(test=test, body=body, orelse=orelse):
             return _eval(body, env) if _eval(test, env) else _eval(orelse, env)
         case ast.Call(func=ast.Name(id=fname), args=args):

@@ -89,7 +89,7 @@ def _top(study: optuna.Study, k: int) -> list[optuna.trial.FrozenTrial]:
             for t in study.get_trials(deepcopy=False)
             if st.is_feasible(t) and t.user_attrs.get("reused_from") is None
         ),
-        key=lambda t: -float(t.value),
+        key=lambda t: -_upper(t),
     )
     # The config the model ranks first is always among them, lucky neighbours or not.
     best = st.best_trials(study)
@@ -104,6 +104,16 @@ def _top(study: optuna.Study, k: int) -> list[optuna.trial.FrozenTrial]:
         if len(out) == k:
             break
     return out
+
+
+def _upper(t: optuna.trial.FrozenTrial) -> float:
+    """A trial's value, or for one whose benchmark stayed uncertain (a level missed its
+    confidence target twice) the top of its interval: a config that may be the best is
+    measured again rather than dropped on one noisy number."""
+    ci = t.user_attrs.get("value_ci")
+    if t.user_attrs.get("uncertain_levels") and isinstance(ci, (int, float)) and ci > 0:
+        return float(t.value) * (1.0 + float(ci))
+    return float(t.value)
 
 
 def _mad(values: list[float]) -> float:

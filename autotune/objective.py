@@ -23,11 +23,6 @@ ITL_P50 = "itl_p50_ms"
 DEGENERATE = "degenerate_output"
 CONSTRAINT_KEYS = (SERVER_UP, MIN_RUNNING_REQUESTS, TTFT_P99, ITL_P50, DEGENERATE)
 
-#: Above this share of degenerate replies (heavy n-gram repetition) a config is
-#: producing garbage fast, not serving. Greedy decoding repeats itself by nature,
-#: so the greedy workload is exempt.
-MAX_DEGENERATE_SHARE = 0.2
-
 
 @dataclass(frozen=True)
 class Score:
@@ -86,10 +81,13 @@ def score(
     if c.max_itl_p50_ms is not None:
         worst = max(float(results[lv]["itl_ms_p50"]) for lv in levels)
         itl = worst - c.max_itl_p50_ms
+    # Above this share of degenerate replies (heavy n-gram repetition) a config is producing
+    # garbage fast, not serving. Greedy decoding repeats itself by nature: exempt.
     degenerate = 0.0
-    if not all(results[lv].get("workload") == "greedy" for lv in levels):
+    greedy = all(results[lv].get("workload") == "greedy" for lv in levels)
+    if c.max_degenerate_share is not None and not greedy:
         worst_share = max(float(results[lv].get("degenerate_share") or 0.0) for lv in levels)
-        degenerate = worst_share - MAX_DEGENERATE_SHARE
+        degenerate = worst_share - c.max_degenerate_share
     constraints = {
         SERVER_UP: 0.0,
         MIN_RUNNING_REQUESTS: capacity_violation(cfg, max_running_requests),

@@ -12,6 +12,13 @@ therefore suggested as its *position* inside the valid range, a float in
 proposal is then valid by construction and the sampler still models all knobs
 jointly. The values a trial really ran are recorded by the study code as the
 trial's config; the study parameters are the sampler's coordinates.
+
+A parameter may apply only under a condition (`when: spec_type == 'ngram-mod'`):
+where it does not apply it has no value, sets no flag (and is removed from the
+unit if there), and is not part of the config's identity, so a knob of one
+speculative type neither multiplies the configs of another nor makes two
+trials of the same config look different. The sampler still sees its
+coordinate in every trial (fixed distributions) and the value is ignored.
 """
 
 from __future__ import annotations
@@ -54,11 +61,13 @@ class Param:
     choices: tuple[Value, ...] | None = None
     value: expr.Expr | None = None
     log: bool = False
+    when: expr.Expr | None = None
+    """The parameter applies only where this holds; elsewhere it has no value and no flag."""
 
     @property
     def depends_on(self) -> frozenset[str]:
         names: set[str] = set()
-        for e in (self.low, self.high, self.value):
+        for e in (self.low, self.high, self.value, self.when):
             if e is not None:
                 names |= e.names
         return frozenset(names)
@@ -69,7 +78,8 @@ class Param:
 
     @property
     def dependent_range(self) -> bool:
-        return not self.fixed and bool(self.depends_on)
+        bounds = (self.low, self.high)
+        return not self.fixed and any(e is not None and e.names for e in bounds)
 
     @property
     def study_name(self) -> str:
@@ -150,11 +160,29 @@ class SearchSpace:
                 out[name] = trial.suggest_float(name, dist.low, dist.high, log=dist.log)
         return out
 
+    def applies(self, name: str, config: Mapping[str, Value]) -> bool:
+        """Whether parameter `name` has a value in `config` (its `when` holds).
+
+        A condition over a parameter that itself does not apply is false.
+        """
+        p = self.params[name]
+        if p.when is None:
+            return True
+        if not p.when.names <= config.keys():
+            return False
+        return bool(p.when(config))
+
+    def complete(self, config: Mapping[str, Value]) -> bool:
+        """Every parameter that applies to `config` has a value in it."""
+        return all(n in config for n in self.order if self.applies(n, config))
+
     def decode(self, study_params: Mapping[str, Any]) -> Config:
         """Study params -> the config the engine will run (rules' adjustments applied)."""
         config: Config = {}
         for name in self.order:
             p = self.params[name]
+            if not self.applies(name, config):
+                continue
             if p.fixed:
                 config[name] = _cast(p, p.value(config))  # type: ignore[misc]
             elif p.dependent_range:
@@ -170,6 +198,8 @@ class SearchSpace:
         known: Config = {}
         for name in self.order:
             p = self.params[name]
+            if not self.applies(name, known):
+                continue  # its coordinate is left to the sampler: the value is never used
             if name not in config:
                 raise KeyError(name)
             v = _cast(p, config[name])
@@ -186,15 +216,18 @@ class SearchSpace:
     def apply_rules(self, config: Config) -> Config:
         out = dict(config)
         for rule in self.rules:
-            if rule.set and (rule.when is None or rule.when(out)):
+            if rule.set and _holds(rule.when, out):
                 for name, e in rule.set.items():
-                    out[name] = _cast(self.params[name], e(out))
+                    if name in out and e.names <= out.keys():
+                        out[name] = _cast(self.params[name], e(out))
         return out
 
     def check(self, config: Mapping[str, Value]) -> str | None:
         """Why `config` is not valid for this space, or None."""
         for name in self.order:
             p = self.params[name]
+            if not self.applies(name, config):
+                continue
             v = config.get(name)
             if v is None:
                 return f"{name} is missing"
@@ -206,15 +239,15 @@ class SearchSpace:
                 if p.dependent_range and not adjusted and not lo <= v <= hi:  # type: ignore[operator]
                     return f"{name}={v} is outside [{lo}, {hi}]"
         for rule in self.rules:
-            applies = rule.require is not None and (rule.when is None or rule.when(config))
-            if applies and not rule.require(config):  # type: ignore[misc]
+            applies = rule.require is not None and _holds(rule.when, config)
+            if applies and rule.require.names <= config.keys() and not rule.require(config):  # type: ignore[union-attr]
                 return rule.why
         return None
 
     def _set_by_rules(self, config: Mapping[str, Value]) -> set[str]:
         names: set[str] = set()
         for rule in self.rules:
-            if rule.set and (rule.when is None or rule.when(config)):
+            if rule.set and _holds(rule.when, config):
                 names |= set(rule.set)
         return names
 
@@ -229,11 +262,26 @@ class SearchSpace:
 
     # -- what a person and the simulator see ---------------------------------
     def flags(self, config: Mapping[str, Value]) -> dict[str, str]:
-        return {self.params[n].flag: _render(config[n]) for n in self.order}
+        """The launch flags `config` sets (parameters that do not apply set none)."""
+        return {self.params[n].flag: _render(config[n]) for n in self.order if n in config}
+
+    def removed_flags(self, config: Mapping[str, Value]) -> list[str]:
+        """Flags of parameters that do not apply to `config`: taken out of the unit."""
+        return [self.params[n].flag for n in self.order if n not in config]
+
+    def patch_unit(
+        self, unit_text: str, config: Mapping[str, Value], source: str | None = None
+    ) -> str:
+        """`unit_text` running `config`: its flags set, flags that do not apply removed."""
+        from autotune import unitfile
+
+        return unitfile.patch_unit(
+            unit_text, self.flags(config), self.removed_flags(config), source=source
+        )
 
     def key(self, config: Mapping[str, Value]) -> tuple[tuple[str, Value], ...]:
         """Identity of a config, for recognising one that was measured already."""
-        return tuple((n, config[n]) for n in self.order)
+        return tuple((n, config[n]) for n in self.order if n in config)
 
     def enumerate(self) -> list[Candidate]:
         """Every distinct configuration the space can propose, in a stable order."""
@@ -253,6 +301,9 @@ class SearchSpace:
                     seen[k] = Candidate(final, reason is None, reason)
                 return
             p = self.params[self.order[i]]
+            if not self.applies(p.name, config):
+                walk(i + 1, config)
+                return
             for v in self._values(p, config):
                 config[p.name] = v
                 walk(i + 1, config)
@@ -306,6 +357,13 @@ def _to_fraction(v: int, lo: int, hi: int, log: bool) -> float:
     return (v - lo + 0.5) / (hi - lo + 1)
 
 
+def _holds(condition: expr.Expr | None, config: Mapping[str, Value]) -> bool:
+    """A rule's `when`: false when it names a parameter that does not apply."""
+    if condition is None:
+        return True
+    return condition.names <= config.keys() and bool(condition(config))
+
+
 def _cast(p: Param, v: Any) -> Value:
     if p.type == "int":
         if isinstance(v, float) and not v.is_integer():
@@ -343,7 +401,7 @@ def _topological_order(source: str, params: Mapping[str, Param]) -> list[str]:
 
 
 # -- loading ------------------------------------------------------------------
-_PARAM_KEYS = {"flag", "type", "low", "high", "choices", "value", "log"}
+_PARAM_KEYS = {"flag", "type", "low", "high", "choices", "value", "log", "when"}
 _RULE_KEYS = {"when", "set", "require", "why"}
 
 
@@ -367,10 +425,19 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 def space_from_dict(data: Any, source: str) -> SearchSpace:
     if not isinstance(data, dict):
         raise ConfigError(source, None, "a search space must be a mapping with a 'params' key")
-    unknown = set(data) - {"engine", "params", "rules", "description", "memory_grows_with"}
+    unknown = set(data) - {
+        "engine",
+        "params",
+        "rules",
+        "description",
+        "memory_grows_with",
+        "extends",
+    }
     if unknown:
-        problem = "unknown key (expected params, rules, engine, memory_grows_with)"
+        problem = "unknown key (expected params, rules, engine, memory_grows_with, extends)"
         raise ConfigError(source, sorted(unknown)[0], problem)
+    if "extends" in data:
+        data = _extended(data, source)
     raw_params = data.get("params")
     if not isinstance(raw_params, dict) or not raw_params:
         raise ConfigError(source, "params", "must be a non-empty mapping of parameter name -> spec")
@@ -387,6 +454,32 @@ def space_from_dict(data: Any, source: str) -> SearchSpace:
     space = SearchSpace(source, engine, params, rules, memory)
     _smoke_test(space)
     return space
+
+
+def _extended(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """`extends: other.yaml`: the other space's params, rules and engine, with this file's
+    params added (or replacing those of the same name) and its rules appended."""
+    from autotune import resources
+
+    raw = data["extends"]
+    if not isinstance(raw, str) or not raw.strip():
+        raise ConfigError(source, "extends", f"must be a search-space file name, got {raw!r}")
+    here = Path(source).parent if Path(source).is_file() else Path.cwd()
+    path = here / raw
+    if not path.is_file():
+        path = resources.search_space(raw) or path
+    if not path.is_file():
+        raise ConfigError(source, "extends", f"file not found: {raw}")
+    try:
+        base = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(str(path), None, f"not valid YAML: {_yaml_problem(exc)}") from None
+    if not isinstance(base, dict) or "extends" in base:
+        raise ConfigError(str(path), None, "an extended space must be a plain space (no extends)")
+    merged = {**base, **{k: v for k, v in data.items() if k not in ("extends", "params", "rules")}}
+    merged["params"] = {**(base.get("params") or {}), **(data.get("params") or {})}
+    merged["rules"] = [*(base.get("rules") or []), *(data.get("rules") or [])]
+    return merged
 
 
 def _memory_knobs(source: str, raw: Any, params: list[Param]) -> tuple[str, ...]:
@@ -431,7 +524,7 @@ def _param(source: str, name: Any, spec: Any, names: set[str]) -> Param:
         except expr.ExprError as exc:
             raise ConfigError(source, f"{key}.{k}", str(exc)) from None
 
-    low, high, value = parse("low"), parse("high"), parse("value")
+    low, high, value, when = parse("low"), parse("high"), parse("value"), parse("when")
     choices = spec.get("choices")
     log = spec.get("log", False)
     if not isinstance(log, bool):
@@ -461,7 +554,7 @@ def _param(source: str, name: Any, spec: Any, names: set[str]) -> Param:
     dependent = bool((low is not None and low.names) or (high is not None and high.names))
     if dependent and ptype != "int":
         raise ConfigError(source, key, "a range that depends on other parameters must be int")
-    return Param(name, flag, ptype, low, high, choices, value, log)
+    return Param(name, flag, ptype, low, high, choices, value, log, when)
 
 
 def _rule(source: str, i: int, raw: Any, names: set[str]) -> Rule:

@@ -44,9 +44,19 @@ _COPIED = (
     "reason",
     "workload",
     "server_version",
+    "draft_acceptance",
+    "value_ci",
+    "uncertain_levels",
 )
 #: Prefixes of the per-level user attributes (`output_tok_s@c16`) a reused result copies.
-_PER_LEVEL = ("output_tok_s@", "accept_length@", "ttft_p50_ms@", "ttft_p99_ms@", "itl_p50_ms@")
+_PER_LEVEL = (
+    "output_tok_s@",
+    "accept_length@",
+    "ttft_p50_ms@",
+    "ttft_p99_ms@",
+    "itl_p50_ms@",
+    "ci@",
+)
 
 
 def storage_for(url: str) -> RDBStorage:
@@ -165,7 +175,10 @@ class Baseline:
 
 def baseline_of(space: SearchSpace, current_flags: Mapping[str, str | None]) -> Baseline:
     config: dict[str, Any] = {}
-    for name, p in space.params.items():
+    for name in space.order:
+        p = space.params[name]
+        if not space.applies(name, config):
+            continue
         raw = current_flags.get(p.flag)
         if raw is None:
             return Baseline(None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,11 +17,12 @@ from typing import Any
 
 import httpx
 
-from autotune import bench, objective, unitfile
+from autotune import bench, objective
+from autotune.bench.pool import pool_levels
 from autotune.config import Config
 from autotune.deploy.base import Deployer
-from autotune.engines.base import Engine, Failure, ServerInfo
-from autotune.errors import ServerFailed
+from autotune.engines.base import STUDY_FAILURES, Engine, Failure, ServerInfo
+from autotune.errors import DeployError, ServerFailed, StudyStopped
 from autotune.log import get
 from autotune.space import Config as Params
 from autotune.stopping import StopRequest
@@ -65,7 +67,7 @@ class TrialPipeline:
         """The base unit with the trial's flags patched in (the base unit itself for None)."""
         if params is None:
             return self.base_unit
-        return unitfile.patch_unit(self.base_unit, self.cfg.space.flags(params))
+        return self.cfg.space.patch_unit(self.base_unit, params)
 
     def run(self, params: Params | None, find_measured: FindMeasured) -> TrialResult:
         """Deploy `params` (None = the unit unchanged), wait, measure and score it.
@@ -86,6 +88,7 @@ class TrialPipeline:
                 self.engine.server_info(self.cfg.target.base_url, self._param_names(), self.api_key)
             )
         except ServerFailed as failed:
+            self._not_the_configs_fault(failed, params)
             attrs.update(_failure_attrs(failed.kind, failed.reason))
             log.warning("server failed", kind=failed.kind, reason=failed.reason)
             score = objective.unusable(self.cfg.objective, levels, server_up=False)
@@ -93,7 +96,7 @@ class TrialPipeline:
         attrs["startup_s"] = round(time.monotonic() - started, 1)
         info = _with_logged_capacity(info, self.engine.capacity_from_log(self.deployer.logs()))
         attrs.update(_info_attrs(info))
-        resolved = {**(params or {}), **info.resolved}
+        resolved = self._canonical({**(params or {}), **info.resolved})
         attrs["resolved"] = resolved
         log.info(
             "server ready",
@@ -131,8 +134,10 @@ class TrialPipeline:
             results = self._benchmark(info)
         except ServerFailed as failed:
             attrs.update(_failure_attrs(failed.kind, failed.reason))
-            log.warning("server failed during benchmark", reason=failed.reason)
-            score = objective.unusable(self.cfg.objective, levels, server_up=False)
+            log.warning("server failed during benchmark", kind=failed.kind, reason=failed.reason)
+            # A server that refuses the workload's requests (a context too small) is up.
+            up = failed.kind == "context_too_small"
+            score = objective.unusable(self.cfg.objective, levels, server_up=up)
             return self._result(score, attrs, unit_text)
         per_level = [results[c] for c in levels]
         attrs["levels"] = per_level
@@ -152,6 +157,10 @@ class TrialPipeline:
         accepts = [r["accept_length"] for r in per_level if r.get("accept_length")]
         if accepts:
             attrs["accept_length"] = round(sum(accepts) / len(accepts), 3)
+        rates = [r["draft_acceptance"] for r in per_level if r.get("draft_acceptance") is not None]
+        if rates:
+            attrs["draft_acceptance"] = round(sum(rates) / len(rates), 4)
+        attrs.update(_uncertainty_attrs(self.cfg, per_level))
         score = objective.score(self.cfg.objective, levels, results, info.max_running_requests)
         result = self._result(score, attrs, unit_text)
         result.levels = per_level
@@ -175,7 +184,7 @@ class TrialPipeline:
                 if not self.deployer.is_running():
                     text = self.deployer.logs()
                     failure = self.engine.classify_failure(text, self.deployer.exit_status())
-                    raise ServerFailed(failure.kind, failure.reason, _tail(text))
+                    raise ServerFailed(failure.kind, failure.reason, _tail(text), failure.flag)
                 try:
                     if client.get(url).status_code == 200:
                         return
@@ -206,44 +215,105 @@ class TrialPipeline:
             )
             log_before = len(self.deployer.logs())
             note = _progress_logger(i, len(b.concurrency), c)
-            try:
-                level = asyncio.run(
-                    bench.run_level(
-                        self.cfg.target.base_url,
-                        self.cfg.target.model,
-                        self.workload,
-                        settings,
-                        api_key=self.api_key,
-                        endpoint=b.endpoint,
-                        on_progress=note,
-                    )
+            row = self._measure_level(settings, note, log_before)
+            if row["ci_target_met"] is False and b.ci_width is not None:
+                # Extended to max_duration and still too noisy: measure it once more and
+                # pool the two (a stall of the host rarely hits both).
+                log.info(
+                    "level missed its confidence target: measuring it again",
+                    concurrency=c,
+                    ci=_pm(row["ci_halfwidth"]),
+                    target=_pm(b.ci_width),
                 )
-            except bench.LevelFailed as exc:
-                if not self._still_running_after(5.0):
-                    text = self.deployer.logs()
-                    raise ServerFailed(
-                        "crash_during_benchmark", _last_error(text) or str(exc), _tail(text)
-                    ) from None
-                # The server is up but did not serve the load properly (errors, timeouts).
-                raise ServerFailed("client_error", str(exc)) from None
-            if not self.deployer.is_running():
-                text = self.deployer.logs()
-                raise ServerFailed("crash_during_benchmark", _last_error(text), _tail(text))
-            row = level.to_dict()
-            if row.get("accept_length") is None:  # per-request counts beat the log's average
-                row["accept_length"] = self.engine.accept_length_from_log(
-                    self.deployer.logs()[log_before:]
-                )
+                self.stop.check()
+                again = self._measure_level(settings, note, len(self.deployer.logs()))
+                row = pool_levels(row, again, b.ci_width)
             results[c] = row
             log.info(
                 "level done",
                 level=f"{i}/{len(b.concurrency)}",
                 concurrency=c,
-                output_tok_s=round(level.output_throughput, 1),
-                requests=level.requests,
+                output_tok_s=round(row["output_throughput"], 1),
+                ci=_pm(row["ci_halfwidth"]),
+                **({"uncertain": True} if row["ci_target_met"] is False else {}),
+                requests=row["requests"],
                 accept_length=row["accept_length"],
             )
         return results
+
+    def _measure_level(
+        self, settings: bench.LevelSettings, note: Callable[[dict[str, Any]], None], log_from: int
+    ) -> dict[str, Any]:
+        """One run of a level, with the server's own counters read around it."""
+        url = self.cfg.target.base_url
+        before = asyncio.run(self.engine.counters(url, self.api_key))
+        try:
+            level = asyncio.run(
+                bench.run_level(
+                    url,
+                    self.cfg.target.model,
+                    self.workload,
+                    settings,
+                    api_key=self.api_key,
+                    endpoint=self.cfg.benchmark.endpoint,
+                    on_progress=note,
+                )
+            )
+        except bench.LevelFailed as exc:
+            if not self._still_running_after(5.0):
+                text = self.deployer.logs()
+                raise ServerFailed(
+                    "crash_during_benchmark", _last_error(text) or str(exc), _tail(text)
+                ) from None
+            refused = self.engine.request_failure(self.deployer.logs()[log_from:])
+            if refused is not None:
+                raise ServerFailed(refused.kind, refused.reason) from None
+            # The server is up but did not serve the load properly (errors, timeouts).
+            raise ServerFailed("client_error", str(exc)) from None
+        if not self.deployer.is_running():
+            text = self.deployer.logs()
+            raise ServerFailed("crash_during_benchmark", _last_error(text), _tail(text))
+        row = level.to_dict()
+        after = asyncio.run(self.engine.counters(url, self.api_key))
+        if before is not None and after is not None:
+            server = after.since(before)
+            row["server_output_tokens"] = server.output_tokens
+            row["server_draft_tokens"] = server.draft_tokens
+            row["server_accepted_tokens"] = server.accepted_tokens
+            row["server_drafts"] = server.drafts
+            row["server_accept_length"] = server.accept_length
+            row["server_draft_acceptance"] = server.acceptance
+            if row.get("accept_length") is None:
+                row["accept_length"] = server.accept_length
+        if row.get("accept_length") is None:  # per-request counts beat the log's average
+            row["accept_length"] = self.engine.accept_length_from_log(
+                self.deployer.logs()[log_from:]
+            )
+        return row
+
+    def _canonical(self, config: dict[str, Any]) -> dict[str, Any]:
+        """The config without knobs that do not apply to it (a server that resolved the
+        speculative type to another has no use for the old type's knobs)."""
+        space = self.cfg.space
+        out: dict[str, Any] = {}
+        for name in space.order:
+            if name in config and space.applies(name, out):
+                out[name] = config[name]
+        out.update({k: v for k, v in config.items() if k not in space.params})
+        return out
+
+    def _not_the_configs_fault(self, failed: ServerFailed, params: Params | None) -> None:
+        """Raise instead of recording a trial when the failure is the build's or the host's."""
+        if failed.kind == "port_in_use":
+            raise DeployError(f"the server cannot start: {failed.reason}")
+        if failed.kind not in STUDY_FAILURES:
+            return
+        flag = failed.flag
+        space = self.cfg.space
+        by_flag = {p.flag: name for name, p in space.params.items()}
+        if flag in by_flag and params is not None:
+            raise StudyStopped(space.source, f"params.{by_flag[flag]}.flag", failed.reason)
+        raise StudyStopped(str(self.cfg.target.unit_file), "ExecStart", failed.reason)
 
     def _still_running_after(self, grace_s: float) -> bool:
         """Whether the server survives a failed level: a dying process takes a moment to exit,
@@ -285,6 +355,30 @@ def _with_logged_capacity(info: ServerInfo, logged: tuple[int | None, int | None
     return info
 
 
+def _uncertainty_attrs(cfg: Config, per_level: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each level's confidence interval, the levels that missed the target even after a
+    second measurement, and the objective value's own relative 95 % half-width.
+
+    The value's interval is propagated from the levels': a geometric mean of n levels
+    has a relative error of sqrt(sum(rel_i^2)) / n.
+    """
+    attrs: dict[str, Any] = {}
+    rel: dict[int, float] = {}
+    for r in per_level:
+        c = r["concurrency"]
+        hw = r.get("ci_halfwidth")
+        if isinstance(hw, (int, float)) and math.isfinite(hw):
+            rel[c] = float(hw)
+            attrs[f"ci@c{c}"] = round(float(hw), 4)
+    if cfg.benchmark.ci_width is not None:
+        attrs["uncertain_levels"] = [r["concurrency"] for r in per_level if not r["ci_target_met"]]
+    if cfg.objective.mode == "single" and cfg.objective.level in rel:
+        attrs["value_ci"] = round(rel[cfg.objective.level], 4)
+    elif cfg.objective.mode == "geomean" and len(rel) == len(per_level) and rel:
+        attrs["value_ci"] = round(math.sqrt(sum(v * v for v in rel.values())) / len(rel), 4)
+    return attrs
+
+
 def _info_attrs(info: ServerInfo) -> dict[str, Any]:
     return {
         "max_running_requests": info.max_running_requests,
@@ -301,6 +395,10 @@ def _flags_text(params: Params | None, cfg: Config) -> str:
     if params is None:
         return "(unit file as is)"
     return " ".join(f"{f} {v}" for f, v in cfg.space.flags(params).items())
+
+
+def _pm(share: float | None) -> str:
+    return "±?" if share is None else f"±{share:.1%}"
 
 
 def _tail(text: str, n: int = 15) -> str:

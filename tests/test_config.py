@@ -83,7 +83,7 @@ BAD_INPUT = [
     ("study.storage", "autotune.db", "study.storage: must be a URL like sqlite:///autotune.db"),
     ("study.colour", "blue", "study.colour: unknown key"),
     ("target.deploy", "kubernetes", "target.deploy: must be one of local-process"),
-    ("target.engine", "tgi", "target.engine: must be one of sglang; got 'tgi'"),
+    ("target.engine", "tgi", "target.engine: must be one of sglang, llama.cpp; got 'tgi'"),
     ("target.unit_file", "missing.service", "target.unit_file: file not found"),
     ("target.base_url", "localhost:30000", "target.base_url: must be a URL like http://"),
     ("target.unit", "sglang", "target.unit: must be a unit name like sglang.service"),
@@ -92,7 +92,11 @@ BAD_INPUT = [
     ("benchmark.concurrency", [1, 0], "benchmark.concurrency: must be a list of positive"),
     ("benchmark.concurrency", [4, 4], "benchmark.concurrency: has duplicate levels"),
     ("benchmark.concurrency", "1,16", "benchmark.concurrency: must be a list of positive"),
-    ("benchmark.workload", "poetry", "benchmark.workload: must be natural, greedy, random or"),
+    (
+        "benchmark.workload",
+        "poetry",
+        "benchmark.workload: must be natural, copy, greedy, random or",
+    ),
     ("benchmark.max_duration", 0.6, "benchmark.max_duration: (0.6) must be at least min_duration"),
     ("benchmark.ci_width", 2, "benchmark.ci_width: must be a fraction in (0, 1)"),
     ("objective.mode", "sum", "objective.mode: must be one of geomean, single, pareto"),
@@ -103,6 +107,12 @@ BAD_INPUT = [
         "objective.constraints.min_running_requests: must be at least 1",
     ),
     ("objective.constraints.max_tpot", 5, "objective.constraints.max_tpot: unknown key"),
+    (
+        "objective.constraints.max_degenerate_share",
+        2,
+        "objective.constraints.max_degenerate_share: must be a share between 0 and 1",
+    ),
+    ("study.on_finish", "sometimes", "study.on_finish: must be one of apply-best, restore"),
     ("target", ["a"], "target: must be a mapping, got list"),
 ]
 
@@ -241,3 +251,16 @@ def test_gp_sampler_refuses_a_space_it_cannot_list(
     code, err = _validate(path, capsys)
     assert code == 2 and len(err.splitlines()) == 1, err
     assert f"{path}: study.sampler: gp scores every config of the space" in err
+
+
+def test_on_finish_defaults_to_stop_for_a_local_process_and_apply_best_elsewhere(
+    tmp_path: Path,
+) -> None:
+    from autotune.config import load_config
+
+    cfg = load_config(REPO / "examples" / "demo.yaml")
+    assert cfg.study.on_finish == "stop"
+    cfg = load_config(REPO / "examples" / "llamacpp-local.yaml")
+    assert cfg.study.on_finish == "apply-best"
+    assert cfg.objective.constraints.max_degenerate_share is None
+    assert cfg.target.engine == "llama.cpp" and cfg.space.engine == "llama.cpp"

@@ -145,3 +145,16 @@ def test_auto_is_the_gp_on_a_listable_space_and_tpe_otherwise() -> None:
     floats = dataclasses.replace(cfg, space=space_from_dict(data, "floats.yaml"))
     assert st.sampler_name(floats) == "tpe"
     assert isinstance(st.make_sampler(floats), optuna.samplers.TPESampler)
+
+
+def test_a_point_known_to_be_noisy_pulls_the_model_less() -> None:
+    import numpy as np
+
+    from autotune.gp.model import GP
+
+    X = np.array([[0.0], [0.5], [1.0]])
+    y = np.array([0.0, 1.0, 0.0])
+    exact = GP.fit(X, y, prior_sd=1.0, noise_sd=(0.01,))
+    noisy = GP.fit(X, y, prior_sd=1.0, noise_sd=(0.01,), point_sd=[0.0, 2.0, 0.0])
+    at_middle = np.array([[0.5]])
+    assert noisy.predict(at_middle)[0][0] < exact.predict(at_middle)[0][0] - 0.1

@@ -137,3 +137,104 @@ def test_bad_memory_knobs_name_the_key(tmp_path, value, problem) -> None:
     with pytest.raises(ConfigError) as err:
         space_from_dict(data, "space.yaml")
     assert "memory_grows_with" in str(err.value) and problem in str(err.value)
+
+
+# -- parameters that apply only under a condition -------------------------------------
+CONDITIONAL = {
+    "engine": "llama.cpp",
+    "params": {
+        "spec_type": {"flag": "--spec-type", "type": "str", "choices": ["none", "a", "b"]},
+        "n_max": {
+            "flag": "--n-max",
+            "type": "int",
+            "choices": [2, 4, 8],
+            "when": "spec_type != 'none'",
+        },
+        "a_size": {
+            "flag": "--a-size",
+            "type": "int",
+            "low": 1,
+            "high": 3,
+            "when": "spec_type == 'a'",
+        },
+        "n_min": {
+            "flag": "--n-min",
+            "type": "int",
+            "low": 0,
+            "high": "n_max",
+            "when": "spec_type in ('a', 'b')",
+        },
+    },
+    "rules": [{"require": "n_min <= n_max", "why": "n_min above n_max"}],
+}
+
+
+def test_a_knob_that_does_not_apply_does_not_multiply_the_space() -> None:
+    space = space_from_dict(CONDITIONAL, "inline")
+    configs = [c.params for c in space.enumerate()]
+    nmin = {2: 3, 4: 5, 8: 9}  # values of n_min for each n_max
+    # none: 1 config; a: 3 sizes x sum(nmin); b: sum(nmin)
+    assert len(configs) == 1 + 3 * sum(nmin.values()) + sum(nmin.values())
+    assert {"spec_type": "none"} in configs
+    for c in configs:
+        if c["spec_type"] != "a":
+            assert "a_size" not in c
+        if c["spec_type"] == "none":
+            assert set(c) == {"spec_type"}
+
+
+def test_decoding_drops_knobs_that_do_not_apply_whatever_the_sampler_said() -> None:
+    space = space_from_dict(CONDITIONAL, "inline")
+    dists = space.distributions()
+    assert set(dists) == {"spec_type", "n_max", "a_size", "n_min_frac"}
+    one = space.decode({"spec_type": "none", "n_max": 8, "a_size": 3, "n_min_frac": 0.9})
+    two = space.decode({"spec_type": "none", "n_max": 2, "a_size": 1, "n_min_frac": 0.1})
+    assert one == two == {"spec_type": "none"}
+    assert space.key(one) == space.key(two)
+    b = space.decode({"spec_type": "b", "n_max": 4, "a_size": 3, "n_min_frac": 0.99})
+    assert b == {"spec_type": "b", "n_max": 4, "n_min": 4}
+    assert space.decode(space.encode(b)) == b
+    assert space.check(b) is None and space.complete(b)
+    assert not space.complete({"spec_type": "a", "n_max": 4})
+
+
+def test_flags_of_knobs_that_do_not_apply_are_taken_out_of_the_unit() -> None:
+    space = space_from_dict(CONDITIONAL, "inline")
+    unit = (
+        "[Service]\nExecStart=/usr/bin/llama-server -m m.gguf \\\n"
+        "    --spec-type a --n-max 4 --a-size 2 --n-min 1\n"
+    )
+    none = space.patch_unit(unit, {"spec_type": "none"})
+    assert none == "[Service]\nExecStart=/usr/bin/llama-server -m m.gguf \\\n    --spec-type none\n"
+    b = space.patch_unit(unit, {"spec_type": "b", "n_max": 8, "n_min": 0})
+    assert "--a-size" not in b and "--n-max 8" in b and "--n-min 0" in b
+
+
+def test_a_condition_must_name_parameters_of_the_space() -> None:
+    bad = yaml.safe_load(yaml.safe_dump(CONDITIONAL))
+    bad["params"]["n_max"]["when"] = "spec_kind != 'none'"
+    with pytest.raises(ConfigError) as err:
+        space_from_dict(bad, "inline")
+    assert err.value.key == "params.n_max.when" and "spec_kind" in str(err.value)
+
+
+def test_a_space_extends_another(tmp_path: Path) -> None:
+    slots = load_space(REPO / "search_spaces" / "llamacpp-spec-slots.yaml")
+    base = load_space(REPO / "search_spaces" / "llamacpp-spec.yaml")
+    assert set(slots.params) == set(base.params) | {"parallel"}
+    assert slots.size() == base.size() * 4
+    (tmp_path / "bad.yaml").write_text("extends: nowhere.yaml\nparams: {}\n")
+    with pytest.raises(ConfigError) as err:
+        load_space(tmp_path / "bad.yaml")
+    assert err.value.key == "extends" and "nowhere.yaml" in str(err.value)
+
+
+def test_the_llamacpp_space_keeps_each_types_knobs_to_itself() -> None:
+    space = load_space(REPO / "search_spaces" / "llamacpp-spec.yaml")
+    configs = [c.params for c in space.enumerate()]
+    assert len(configs) == 1 + 9 + 9 + 27 == space.size()
+    for c in configs:
+        own = {k for k in c if k != "spec_type"}
+        prefix = {"none": "-", "ngram-simple": "spec_ngram_simple_",
+                  "ngram-map-k": "spec_ngram_map_k_", "ngram-mod": "spec_ngram_mod_"}  # fmt: skip
+        assert all(k.startswith(prefix[c["spec_type"]]) for k in own), c

@@ -15,6 +15,7 @@ from autotune.bench.protocol import ENDPOINTS
 from autotune.bench.result import LevelResult, LevelSettings
 from autotune.bench.runner import LevelFailed, run_level
 from autotune.bench.workload import Workload, load_workload
+from autotune.engines import Counters, get_engine
 from autotune.errors import AutotuneError, ConfigError
 
 API_KEY_ENV = "AUTOTUNE_API_KEY"
@@ -62,6 +63,12 @@ def _parser() -> _Parser:
     p.add_argument("--timeout", type=_positive_float, default=300.0, help="per request, s")
     p.add_argument("--seed", type=int, default=0, help="prompt order (default 0)")
     p.add_argument("--json", action="store_true", help="one JSON object per level on stdout")
+    p.add_argument(
+        "--engine",
+        default=None,
+        help="read this engine's own counters around each level (llama.cpp: /metrics) and "
+        "show the server's token count and draft acceptance next to the client's",
+    )
     return p
 
 
@@ -120,6 +127,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autotune bench: {exc}", file=sys.stderr)
         return 2
     log.setup("WARNING")
+    engine = None
+    if args.engine is not None:
+        try:
+            engine = get_engine(args.engine)
+        except ConfigError as exc:
+            print(f"autotune bench: --engine: {exc.problem}", file=sys.stderr)
+            return 2
+    args.engine_adapter = engine
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     try:
         return asyncio.run(_run(args, workload, api_key))
@@ -146,6 +161,8 @@ async def _run(args: argparse.Namespace, workload: Workload, api_key: str | None
             ci_width=args.ci_width,
             request_timeout_s=args.timeout,
         )
+        engine = args.engine_adapter
+        before = await engine.counters(args.url, api_key) if engine is not None else None
         try:
             result = await run_level(
                 args.url,
@@ -168,13 +185,44 @@ async def _run(args: argparse.Namespace, workload: Workload, api_key: str | None
                 print(f"{concurrency:>6}  failed: {exc.reason}", file=out, flush=True)
             continue
         _clear_progress(show_progress)
+        row = result.to_dict()
+        after = await engine.counters(args.url, api_key) if engine is not None else None
+        server = after.since(before) if after is not None and before is not None else None
+        if server is not None:
+            row["server"] = {
+                "output_tokens": server.output_tokens,
+                "draft_tokens": server.draft_tokens,
+                "accepted_tokens": server.accepted_tokens,
+                "accept_length": server.accept_length,
+                "draft_acceptance": server.acceptance,
+            }
         if args.json:
-            print(json.dumps(result.to_dict()), file=out, flush=True)
+            print(json.dumps(row), file=out, flush=True)
         else:
             print(_row(result), file=out, flush=True)
+            if server is not None:
+                print(f"        server: {_server_line(result, server)}", file=out)
+            elif engine is not None:
+                print(f"        server: {engine.name} exposes no counters here", file=out)
             for note in result.notes:
                 print(f"        note: {note}", file=out)
     return 1 if failed else 0
+
+
+def _server_line(result: LevelResult, server: Counters) -> str:
+    """The server's own counts next to the client's, over the whole level (warmup included)."""
+    parts = []
+    if server.output_tokens is not None:
+        diff = (result.sent_output_tokens - server.output_tokens) / max(server.output_tokens, 1)
+        parts.append(
+            f"{server.output_tokens:.0f} output tokens (client {result.sent_output_tokens}, "
+            f"{diff:+.1%})"
+        )
+    if server.accept_length is not None:
+        parts.append(f"accept length {server.accept_length:.2f}")
+    if server.acceptance is not None:
+        parts.append(f"{server.acceptance:.1%} of drafted tokens accepted")
+    return ", ".join(parts) or "no counts"
 
 
 def _header(args: argparse.Namespace, workload: Workload) -> str:

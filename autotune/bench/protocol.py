@@ -6,6 +6,10 @@
 - `generate`: SGLang native `/generate`; every chunk states the running
   `meta_info.completion_tokens`, so per-chunk token counts are exact, and
   `meta_info.spec_verify_ct` gives this request's own acceptance length.
+
+llama.cpp adds `timings` to the last chunk of `chat` and `completions`
+streams: `draft_n` / `draft_n_accepted` are the request's own drafted and
+accepted tokens.
 """
 
 from __future__ import annotations
@@ -113,6 +117,17 @@ def _usage(rec: RequestRecord, usage: Any) -> None:
         rec.prompt_tokens = pt
 
 
+def _timings(rec: RequestRecord, obj: Mapping[str, Any]) -> None:
+    """llama.cpp's `timings` on a stream's last chunk: this request's drafted and accepted
+    tokens (absent when it drafted nothing, which then counts as zero of each)."""
+    timings = obj.get("timings")
+    if not isinstance(timings, Mapping):
+        return
+    drafted, accepted = timings.get("draft_n", 0), timings.get("draft_n_accepted", 0)
+    if isinstance(drafted, int) and isinstance(accepted, int):
+        rec.draft_tokens, rec.draft_accepted = drafted, accepted
+
+
 def _choice(obj: Mapping[str, Any], payload: bytes) -> Mapping[str, Any] | None:
     choices = obj.get("choices")
     if choices is None or choices == []:
@@ -152,6 +167,7 @@ def read_chat(rec: RequestRecord, payload: bytes, t: float) -> bool:
     usage = obj.get("usage")
     if usage:
         _usage(rec, usage)
+    _timings(rec, obj)
     return False
 
 
@@ -173,6 +189,7 @@ def read_completions(rec: RequestRecord, payload: bytes, t: float) -> bool:
     usage = obj.get("usage")
     if usage:
         _usage(rec, usage)
+    _timings(rec, obj)
     return False
 
 

@@ -75,6 +75,8 @@ class RequestRecord:
         "completion_tokens",
         "counts",
         "done",
+        "draft_accepted",
+        "draft_tokens",
         "end",
         "error",
         "exact",
@@ -108,6 +110,9 @@ class RequestRecord:
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.spec_verify_ct: int | None = None
+        self.draft_tokens: int | None = None
+        """Draft tokens the server proposed for this request (llama.cpp `timings.draft_n`)."""
+        self.draft_accepted: int | None = None
         self.finish_reason: str | None = None
         self.done = False
         self.error: str | None = None

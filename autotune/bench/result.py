@@ -151,6 +151,20 @@ class LevelResult:
     window_end_monotonic: float
     error_reasons: dict[str, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    sent_output_tokens: int = 0
+    """Output tokens of every successful request of the level, warmup included: what the
+    server's own counter should have grown by (compare with its counters)."""
+    draft_tokens: int | None = None
+    """Draft tokens proposed over every request of the level, warmup included, from the
+    requests' own `timings` (llama.cpp); None when the server sends none."""
+    draft_accepted: int | None = None
+
+    @property
+    def draft_acceptance(self) -> float | None:
+        """Share of drafted tokens accepted, from the requests' own counts."""
+        if not self.draft_tokens or self.draft_accepted is None:
+            return None
+        return self.draft_accepted / self.draft_tokens
 
     @property
     def error_share(self) -> float:
@@ -170,4 +184,5 @@ class LevelResult:
                 value = dict(value)
             out[f.name] = value
         out["error_share"] = self.error_share
+        out["draft_acceptance"] = self.draft_acceptance
         return out

@@ -18,7 +18,7 @@ import asyncio
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from time import perf_counter
 from typing import Any
 
@@ -127,6 +127,7 @@ class _Level:
         self.recounted = False
         self.notes: list[str] = []
         self.records: list[RequestRecord] = []
+        self.warmup_records: list[RequestRecord] = []
         self.inflight: list[RequestRecord | None] = [None] * c
         self.first_token: list[float | None] = [None] * c
         self.last_end: list[float] = [0.0] * c
@@ -176,6 +177,7 @@ class _Level:
             return
         max_tokens = min(self.workload.max_tokens, self.settings.warmup_max_tokens)
         records = [RequestRecord(-1, 0, max_tokens, warmup=True) for _ in range(n)]
+        self.warmup_records = records
         queue = list(reversed(records))
         self._progress({"phase": "warmup", "requests": 0, "of": n})
 
@@ -478,6 +480,9 @@ class _Level:
             drain_s=max(r.end for r in self.records) - end,
             duration_s=perf_counter() - self.t_level,
             window_start_unix=start + _offset(time.time),
+            sent_output_tokens=sum(r.completion_tokens or 0 for r in (*self.warmup_records, *ok)),
+            draft_tokens=_sum_known(r.draft_tokens for r in (*self.warmup_records, *ok)),
+            draft_accepted=_sum_known(r.draft_accepted for r in (*self.warmup_records, *ok)),
             window_end_unix=end + _offset(time.time),
             window_start_monotonic=start + _offset(time.monotonic),
             window_end_monotonic=end + _offset(time.monotonic),
@@ -520,6 +525,12 @@ def _ms(seconds: float | None) -> float | None:
 
 def _reason_key(error: str | None) -> str:
     return (error or "unknown")[:120]
+
+
+def _sum_known(values: Iterable[int | None]) -> int | None:
+    """Sum of the values a server reported; None when it reported none."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
 def _first_error(records: list[RequestRecord]) -> str:

@@ -3,6 +3,11 @@
 - `natural` (default): the built-in prompts (chat, code, summarisation,
   reasoning; short to long) at temperature 0.7, stopping at end of sequence.
   What a tuned server will serve, so the acceptance it measures is realistic.
+- `copy`: edit tasks whose answers reuse the prompt's text (add docstrings or
+  comments to code, rename variables, correct or re-tense a paragraph), at
+  temperature 0.7, stopping at end of sequence. Where n-gram / prompt-lookup
+  speculation pays (coding assistants, editors); the answer to "which
+  speculative setting is best" differs from `natural`'s.
 - `greedy`: the same prompts at temperature 0 with `ignore_eos`. Every request
   runs to max_tokens and greedy text is easy to draft, so acceptance and
   throughput are an upper bound; reports label it as such.
@@ -65,6 +70,16 @@ def load_workload(name: str, *, max_tokens: int, seed: int = 0) -> Workload:
             _shuffled(natural_prompts(), seed),
             "built-in natural prompts, temperature 0.7, stops at end of sequence",
         )
+    if key == "copy":
+        return Workload(
+            "copy",
+            NATURAL_TEMPERATURE,
+            False,
+            max_tokens,
+            _shuffled(copy_prompts(), seed),
+            "built-in edit tasks that reuse the prompt's text, temperature 0.7, "
+            "stops at end of sequence",
+        )
     if key == "greedy":
         return Workload(
             "greedy",
@@ -106,7 +121,7 @@ def load_workload(name: str, *, max_tokens: int, seed: int = 0) -> Workload:
     raise ConfigError(
         None,
         "workload",
-        f"unknown workload {name!r}; expected natural, greedy, random[:N] or a .jsonl file",
+        f"unknown workload {name!r}; expected natural, copy, greedy, random[:N] or a .jsonl file",
     )
 
 
@@ -114,6 +129,12 @@ def natural_prompts() -> tuple[Prompt, ...]:
     """The built-in prompt set (package data `prompts/natural.jsonl`)."""
     ref = resources.files("autotune.bench").joinpath("prompts/natural.jsonl")
     return _parse_lines(ref.read_text(encoding="utf-8").splitlines(), "natural.jsonl")
+
+
+def copy_prompts() -> tuple[Prompt, ...]:
+    """The built-in edit tasks (package data `prompts/copy.jsonl`)."""
+    ref = resources.files("autotune.bench").joinpath("prompts/copy.jsonl")
+    return _parse_lines(ref.read_text(encoding="utf-8").splitlines(), "copy.jsonl")
 
 
 def read_prompt_file(path: Path) -> tuple[Prompt, ...]:

@@ -249,6 +249,32 @@ class LocalProcessDeployer:
 
     # ------------------------------------------------------------------ extras
 
+    def program_output(self, args: list[str], timeout: float = 60.0) -> str | None:
+        """Run the unit's program (its command up to the first flag) with `args`: what it
+        printed, stdout then stderr; None if it cannot run or exits non-zero. Asks the
+        installed server, say, which flags it has (`--help`) without starting it."""
+        command = self._prepare(self.original_unit())
+        head = [command.argv[0]]
+        for word in command.argv[1:]:
+            if word.startswith("-"):
+                break
+            head.append(word)  # `/usr/bin/env llama-server`: the program is the second word
+        try:
+            done = subprocess.run(
+                [*head, *args],
+                executable=command.executable,
+                env=command.env,
+                cwd=command.cwd,
+                capture_output=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode != 0:
+            return None
+        return done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+
     @property
     def pid(self) -> int | None:
         """PID of the current child (also its process group id), if one was started."""

@@ -1,8 +1,11 @@
 """The Engine protocol: what autotune needs to know about one inference server.
 
 An engine adapter reads the server (readiness, resolved settings, capacity,
-acceptance) and classifies its failures. It knows nothing about Optuna or how
-the unit reached the host.
+acceptance, token counters) and classifies its failures. It knows nothing
+about Optuna or how the unit reached the host. The shared code speaks one
+vocabulary: `max_running_requests` is "requests the server runs at once"
+(SGLang's scheduler cap, llama.cpp's slots); accept length is tokens per
+verify step, the bonus token included.
 """
 
 from __future__ import annotations
@@ -24,13 +27,61 @@ class ServerInfo:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
+#: Failure kinds that are the installed server's or the unit's fault, never the trial's
+#: config: the study stops with one line instead of recording every trial as infeasible.
+STUDY_FAILURES = ("unsupported_flag", "model_load")
+
+
 @dataclass(frozen=True)
 class Failure:
-    """Why a server did not come up with a config."""
+    """Why a server did not come up with a config, or stopped serving it."""
 
     kind: str
-    """One of: refused, out_of_memory, crash_on_start, not_ready, crash_during_benchmark."""
+    """One of: refused, out_of_memory, crash_on_start, not_ready, crash_during_benchmark,
+    context_too_small (requests do not fit the server's context), port_in_use, and the
+    STUDY_FAILURES: unsupported_flag (this build does not have the flag), model_load."""
     reason: str
+    flag: str | None = None
+    """The launch flag the server named, when it named one."""
+
+
+@dataclass(frozen=True)
+class Counters:
+    """A server's cumulative counters since it started; None where it keeps no such count."""
+
+    output_tokens: float | None = None
+    draft_tokens: float | None = None
+    """Draft tokens proposed for verification."""
+    accepted_tokens: float | None = None
+    drafts: float | None = None
+    """Verify steps that checked a draft."""
+
+    def since(self, before: Counters) -> Counters:
+        """The counts between `before` and this snapshot."""
+
+        def minus(now: float | None, then: float | None) -> float | None:
+            return None if now is None or then is None else now - then
+
+        return Counters(
+            minus(self.output_tokens, before.output_tokens),
+            minus(self.draft_tokens, before.draft_tokens),
+            minus(self.accepted_tokens, before.accepted_tokens),
+            minus(self.drafts, before.drafts),
+        )
+
+    @property
+    def accept_length(self) -> float | None:
+        """Tokens per verify step (1 + accepted / drafts); None when nothing was drafted."""
+        if not self.drafts or self.accepted_tokens is None:
+            return None
+        return 1.0 + self.accepted_tokens / self.drafts
+
+    @property
+    def acceptance(self) -> float | None:
+        """Share of drafted tokens that were accepted."""
+        if not self.draft_tokens or self.accepted_tokens is None:
+            return None
+        return self.accepted_tokens / self.draft_tokens
 
 
 class Engine(Protocol):
@@ -47,6 +98,12 @@ class Engine(Protocol):
     ) -> ServerInfo:
         """Read resolved settings and capacity from the running server."""
 
+    async def counters(self, base_url: str, api_key: str | None) -> Counters | None:
+        """The server's cumulative token and speculation counters, or None if it exposes none.
+
+        Read before and after a level; the difference is that level's server-side count.
+        """
+
     def capacity_from_log(self, log_text: str) -> tuple[int | None, int | None]:
         """(max_total_num_tokens, max_running_requests) from the startup log, if printed."""
 
@@ -55,3 +112,14 @@ class Engine(Protocol):
 
     def classify_failure(self, log_text: str, exit_code: int | None) -> Failure:
         """Name the failure of a server that died or never became ready."""
+
+    def help_args(self) -> list[str] | None:
+        """Arguments that make the server print every flag it accepts and exit; None when
+        asking is too costly to do before a study (it would load the framework)."""
+
+    def flag_problems(self, help_text: str, flags: list[str]) -> dict[str, str]:
+        """Of `flags`, those this build does not accept, each with why (from its help)."""
+
+    def request_failure(self, log_text: str) -> Failure | None:
+        """Why a live server failed requests during a level, when its log says it is the
+        config's fault (a context too small for the workload); None otherwise."""

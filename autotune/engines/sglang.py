@@ -9,20 +9,19 @@ releases); the formats that changed between releases are all accepted.
 from __future__ import annotations
 
 import re
-import signal
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from autotune.engines.base import Failure, ServerInfo
+from autotune.engines._text import clip, describe_exit, opt_int
+from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.errors import ConfigError, ServerFailed
 
 __all__ = ["READY_LINE", "Capacity", "SGLangEngine", "parse_capacity"]
 
 READY_LINE = "The server is fired up and ready to roll!"
 
-_REASON_MAX = 300
 # `[2025-06-10 10:01:21 TP0] ` / `[2025-06-10 10:01:21 DP1 TP3] `: SGLang's log prefix.
 _PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s?")
 _CAPACITY_LINE = re.compile(r"max_total_num_tokens=\d+.*max_prefill_tokens=\d+")
@@ -84,10 +83,10 @@ def parse_capacity(log_text: str) -> Capacity | None:
         mem = fields.get("available_gpu_mem", fields.get("available_cpu_mem"))
         found = Capacity(
             max_total_num_tokens=int(fields["max_total_num_tokens"]),
-            max_running_requests=_opt_int(fields.get("max_running_requests")),
-            max_prefill_tokens=_opt_int(fields.get("max_prefill_tokens")),
-            chunked_prefill_size=_opt_int(fields.get("chunked_prefill_size")),
-            context_len=_opt_int(fields.get("context_len")),
+            max_running_requests=opt_int(fields.get("max_running_requests")),
+            max_prefill_tokens=opt_int(fields.get("max_prefill_tokens")),
+            chunked_prefill_size=opt_int(fields.get("chunked_prefill_size")),
+            context_len=opt_int(fields.get("context_len")),
             available_mem_gb=None if mem is None else float(mem),
         )
     return found
@@ -132,11 +131,11 @@ class SGLangEngine:
             data = await _get_json(client, "/get_server_info", fallback="/server_info")
             if not isinstance(data, dict):
                 raise ServerFailed("not_ready", "GET /get_server_info did not answer a JSON object")
-            context_len = _opt_int(data.get("context_len"))
+            context_len = opt_int(data.get("context_len"))
             if context_len is None:
                 context_len = await _model_len(client)
             if context_len is None:
-                context_len = _opt_int(data.get("context_length"))
+                context_len = opt_int(data.get("context_length"))
         return ServerInfo(
             resolved={name: data[name] for name in params if name in data},
             max_running_requests=_max_running_requests(data),
@@ -145,6 +144,23 @@ class SGLangEngine:
             version=str(data["version"]) if data.get("version") is not None else None,
             raw=data,
         )
+
+    async def counters(self, base_url: str, api_key: str | None) -> Counters | None:
+        # SGLang's /metrics has acceptance gauges over the last logging interval, not
+        # cumulative counters; per-request `spec_verify_ct` (native endpoint) and the
+        # decode log lines give acceptance instead.
+        return None
+
+    def request_failure(self, log_text: str) -> Failure | None:
+        return None
+
+    def help_args(self) -> list[str] | None:
+        # `launch_server --help` imports torch and the model registry: tens of seconds on a
+        # GPU host, minutes on a laptop. An unknown flag shows on the first trial instead.
+        return None
+
+    def flag_problems(self, help_text: str, flags: list[str]) -> dict[str, str]:
+        return {}
 
     def capacity_from_log(self, log_text: str) -> tuple[int | None, int | None]:
         """(max_total_num_tokens, max_running_requests) of the last scheduler capacity line."""
@@ -180,7 +196,7 @@ class SGLangEngine:
 
         usage = _ARGPARSE.search(text)
         if usage:
-            return Failure("refused", _clip(usage.group(1)))
+            return Failure("refused", clip(usage.group(1)))
         exceptions = _exceptions(lines)
         first_loading = next((i for i, line in enumerate(lines) if _LOADING.search(line)), None)
         for exc in exceptions:
@@ -200,10 +216,10 @@ class SGLangEngine:
         last = _last_line(lines)
         if exit_code is not None:
             when = "after it was ready" if ready else "before it was ready"
-            reason = f"{_describe_exit(exit_code)} {when}"
-            return Failure(crashed, _clip(f"{reason}; last log line: {last}" if last else reason))
+            reason = f"{describe_exit(exit_code)} {when}"
+            return Failure(crashed, clip(f"{reason}; last log line: {last}" if last else reason))
         reason = "alive but never ready"
-        return Failure("not_ready", _clip(f"{reason}; last log line: {last}" if last else reason))
+        return Failure("not_ready", clip(f"{reason}; last log line: {last}" if last else reason))
 
 
 # ---------------------------------------------------------------------- HTTP
@@ -239,7 +255,7 @@ async def _model_len(client: httpx.AsyncClient) -> int | None:
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
     if isinstance(models, list) and models and isinstance(models[0], dict):
-        return _opt_int(models[0].get("max_model_len"))
+        return opt_int(models[0].get("max_model_len"))
     return None
 
 
@@ -251,28 +267,19 @@ def _max_running_requests(data: dict[str, Any]) -> int | None:
         ]
         if per_dp and all(isinstance(v, int) and not isinstance(v, bool) for v in per_dp):
             return sum(per_dp)
-    return _opt_int(data.get("max_running_requests"))
+    return opt_int(data.get("max_running_requests"))
 
 
 def _max_total_num_tokens(data: dict[str, Any]) -> int | None:
-    value = _opt_int(data.get("max_total_num_tokens"))
+    value = opt_int(data.get("max_total_num_tokens"))
     if value is not None:
         return value
     states = data.get("internal_states")
     if isinstance(states, list) and states and isinstance(states[0], dict):
         usage = states[0].get("memory_usage")
         if isinstance(usage, dict):
-            return _opt_int(usage.get("token_capacity"))
+            return opt_int(usage.get("token_capacity"))
     return None
-
-
-def _opt_int(value: Any) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
 
 
 # ---------------------------------------------------------------------- log reading
@@ -292,12 +299,12 @@ class _Exception:
     @property
     def reason(self) -> str:
         if self.message:
-            return _clip(f"{self.type}: {self.message}")
+            return clip(f"{self.type}: {self.message}")
         if self.frames:
             # A bare `assert` says nothing; its code and place do.
             file, function, code = self.frames[-1]
             where = f"{file.rsplit('/', 1)[-1]}, in {function}"
-            return _clip(f"{self.type}: {code} ({where})" if code else f"{self.type} ({where})")
+            return clip(f"{self.type}: {code} ({where})" if code else f"{self.type} ({where})")
         return self.type
 
 
@@ -369,7 +376,7 @@ def _oom_reason(lines: list[str], exceptions: list[_Exception]) -> str | None:
 def _first_sentences(text: str) -> str:
     """`CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has ...` -> first two sentences."""
     parts = re.split(r"(?<=\.) (?=[A-Z])", text)
-    return _clip(" ".join(parts[:2]))
+    return clip(" ".join(parts[:2]))
 
 
 def _last_line(lines: list[str]) -> str:
@@ -377,17 +384,3 @@ def _last_line(lines: list[str]) -> str:
         if line.strip():
             return line.strip()
     return ""
-
-
-def _describe_exit(code: int) -> str:
-    if 128 < code < 128 + 65:
-        try:
-            return f"killed by {signal.Signals(code - 128).name} (exit code {code})"
-        except ValueError:
-            pass
-    return f"exited with code {code}"
-
-
-def _clip(text: str) -> str:
-    text = text.strip()
-    return text if len(text) <= _REASON_MAX else text[: _REASON_MAX - 1] + "…"

@@ -29,6 +29,9 @@ def features(space: SearchSpace, config: Mapping[str, Any]) -> list[float]:
         p = space.params[name]
         if p.fixed:
             continue
+        if name not in config:
+            out.append(0.0)  # the knob does not apply to this config (its `when` is false)
+            continue
         v = config[name]
         if p.choices is not None:
             ranked = sorted(p.choices) if p.type != "str" else list(p.choices)  # type: ignore[type-var]
@@ -44,9 +47,11 @@ def _spans(space: SearchSpace) -> dict[str, tuple[float, float]]:
     """Smallest and largest value of each range parameter over the configs of the space."""
     configs = [c.params for c in space.enumerate()]
     return {
-        name: (float(min(c[name] for c in configs)), float(max(c[name] for c in configs)))
+        name: (min(values), max(values))
         for name, p in space.params.items()
-        if not p.fixed and p.choices is None
+        if not p.fixed
+        and p.choices is None
+        and (values := [float(c[name]) for c in configs if name in c])
     }
 
 

@@ -35,9 +35,11 @@ class GP:
         scale: tuple[float, float],
         length_scales: np.ndarray,
         noise: float,
+        extra_noise: np.ndarray | None = None,
     ) -> None:
         self.X, self.z, self.scale, self.ls, self.noise = X, z, scale, length_scales, noise
-        K = matern(sqdist(X, X, self.ls)) + noise * np.eye(len(X))
+        extra = np.zeros(len(X)) if extra_noise is None else extra_noise
+        K = matern(sqdist(X, X, self.ls)) + np.diag(noise + extra)
         self.L = np.linalg.cholesky(K)
         self.alpha = np.linalg.solve(self.L.T, np.linalg.solve(self.L, z))
 
@@ -49,12 +51,15 @@ class GP:
         *,
         prior_sd: float,
         noise_sd: Sequence[float] | None = None,
+        point_sd: Sequence[float] | None = None,
     ) -> GP:
         """Choose length scales and noise by marginal likelihood times a weak prior.
 
         `prior_sd` is how much y is expected to vary across the space: it stands
         in for the spread of the data while there are fewer than three points.
         `noise_sd` are the measurement noise levels to try, in the units of y.
+        `point_sd` is each point's own known measurement error on top (a benchmark
+        level that missed its confidence target says how uncertain it is).
         """
         mean, std = float(y.mean()), float(y.std())
         std = std if len(y) >= 3 and std > 1e-9 else prior_sd
@@ -68,16 +73,17 @@ class GP:
             noises = np.array(RELATIVE_NOISES)
         else:
             noises = np.maximum((np.asarray(noise_sd) / std) ** 2, 1e-6)
+        extra = np.zeros(len(y)) if point_sd is None else (np.asarray(point_sd) / std) ** 2
         diffs = (X[:, None, :] - X[None, :, :]) ** 2  # (n, n, d)
         kernels = matern(np.einsum("ijk,mk->mij", diffs, 1.0 / scales**2))  # (m, n, n)
-        K = kernels[:, None] + noises[None, :, None, None] * np.eye(n)  # (m, q, n, n)
+        K = kernels[:, None] + noises[None, :, None, None] * np.eye(n) + np.diag(extra)
         L = np.linalg.cholesky(K.reshape(-1, n, n))
         a = np.linalg.solve(L, np.broadcast_to(z[:, None], (len(L), n, 1)))[..., 0]
         logdet = np.sum(np.log(np.diagonal(L, axis1=1, axis2=2)), axis=1)
         prior = np.repeat(-0.5 * np.sum(np.log(scales / PRIOR_SCALE) ** 2, axis=1), len(noises))
         best = int(np.argmax(-0.5 * np.sum(a * a, axis=1) - logdet + prior))
         ls, noise = scales[best // len(noises)], float(noises[best % len(noises)])
-        return cls(X, z, (mean, std), ls, noise)
+        return cls(X, z, (mean, std), ls, noise, extra)
 
     def predict(self, Xp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation of the latent function, in the units of y."""

@@ -146,7 +146,9 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
         if scored:
             X = self._inputs(scored)
             y = np.array([math.log(t.values[0]) for t in scored])
-            model = GP.fit(X, y, prior_sd=PRIOR_LOG_SD, noise_sd=NOISE_SD)
+            model = GP.fit(
+                X, y, prior_sd=PRIOR_LOG_SD, noise_sd=NOISE_SD, point_sd=point_sd(scored)
+            )
             mu, sd = model.predict(Xp)
             acq = expected_improvement(mu, sd, float(np.max(model.predict(X)[0])))
         else:
@@ -187,8 +189,22 @@ def recommend(space: SearchSpace, trials: Sequence[FrozenTrial]) -> FrozenTrial 
     X = np.array([features(space, config_of(t)) for t in scored])
     y = np.array([math.log(t.values[0]) for t in scored])
     Xf = np.array([features(space, config_of(t)) for t in feasible])
-    mu, _ = GP.fit(X, y, prior_sd=PRIOR_LOG_SD, noise_sd=RECOMMEND_NOISE_SD).predict(Xf)
+    model = GP.fit(
+        X, y, prior_sd=PRIOR_LOG_SD, noise_sd=RECOMMEND_NOISE_SD, point_sd=point_sd(scored)
+    )
+    mu, _ = model.predict(Xf)
     return feasible[int(np.argmax(mu))]
+
+
+def point_sd(trials: Sequence[FrozenTrial]) -> list[float]:
+    """Each trial's own extra noise on log throughput: the standard error its benchmark
+    left when a level missed its confidence target (`value_ci`, a 95 % half-width
+    relative to the value); 0 for a trial whose levels all met it."""
+    out = []
+    for t in trials:
+        ci = t.user_attrs.get("value_ci") if t.user_attrs.get("uncertain_levels") else None
+        out.append(float(ci) / 1.96 if isinstance(ci, (int, float)) and ci > 0 else 0.0)
+    return out
 
 
 def _feasible(t: FrozenTrial) -> bool:
@@ -213,8 +229,8 @@ def measured(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
 
 def _placeable(space: SearchSpace, config: dict[str, Any]) -> bool:
     """Every parameter of the space has a value (a baseline outside the range is clamped)."""
-    return all(n in config for n in space.order)
+    return bool(config) and space.complete(config)
 
 
 def _memory_knobs(space: SearchSpace, config: dict[str, Any]) -> list[float]:
-    return [float(config[n]) for n in space.memory_grows_with]
+    return [float(config.get(n, 0)) for n in space.memory_grows_with]

@@ -39,6 +39,10 @@ class TrialRow:
     reason: str | None
     violated: dict[str, float]
     """Constraints above 0, by name."""
+    value_ci: float | None = None
+    """The value's relative 95 % half-width, from its levels' confidence intervals."""
+    uncertain_levels: tuple[int, ...] = ()
+    """Levels that missed the confidence target even when measured twice."""
 
     @property
     def measured(self) -> bool:
@@ -186,6 +190,8 @@ def trial_row(t: FrozenTrial) -> TrialRow:
             for k, v in t.system_attrs.items()
             if k.startswith("constraints:") and float(v) > 0
         },
+        value_ci=a.get("value_ci"),
+        uncertain_levels=tuple(a.get("uncertain_levels") or ()),
     )
 
 

@@ -384,7 +384,7 @@ def _all_trials(page: Page) -> str:
         *d.metric_names,
         *[f"tok/s @c{c}" for c in d.concurrency],
     ]
-    head += ["max running", "feasible", "note"]
+    head += ["±95 %", "max running", "feasible", "note"]
     rows = []
     for t in d.trials:
         note = []
@@ -394,12 +394,16 @@ def _all_trials(page: Page) -> str:
             note.append(f"= trial {t.reused_from}")
         if t.number in d.best:
             note.append("best")
+        if t.uncertain_levels:
+            levels = ",".join(str(c) for c in t.uncertain_levels)
+            note.append(f"uncertain at c={levels} (missed the confidence target twice)")
         rows.append(
             [
                 esc(t.number),
                 *[_cell_num(t.config.get(k, "")) for k in d.knobs],
                 *[_cell_num(_num(v)) for v in (t.values or [None] * len(d.metric_names))],
                 *[_cell_num(_num(t.throughput.get(c))) for c in d.concurrency],
+                _cell_num("—" if t.value_ci is None else f"{t.value_ci:.1%}"),
                 _cell_num(t.max_running_requests if t.max_running_requests is not None else "—"),
                 '<span class="good">yes</span>' if t.feasible else '<span class="bad">no</span>',
                 esc(", ".join(note)),

@@ -17,7 +17,6 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta
 from optuna.artifacts.exceptions import ArtifactNotFound
 
-from autotune import unitfile
 from autotune.artifacts import artifact_dir
 from autotune.config import Config
 from autotune.errors import AutotuneError
@@ -99,6 +98,6 @@ def _original(cfg: Config, data: StudyData, files: TrialFiles) -> tuple[str, str
 
 def _render(cfg: Config, original: str, t: TrialRow) -> str:
     params = {k: v for k, v in t.config.items() if k in cfg.space.params}
-    if set(params) != set(cfg.space.params):
+    if not params or not cfg.space.complete(params):
         return original  # the unit as is (a baseline that ran the file unchanged)
-    return unitfile.patch_unit(original, cfg.space.flags(params))
+    return cfg.space.patch_unit(original, params)

@@ -1,0 +1,34 @@
+"""Small readers shared by the engine adapters: numbers from JSON, exit codes, short reasons."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+#: A failure reason is one line in `status` and the dashboard: longer ones are cut.
+REASON_MAX = 300
+
+
+def opt_int(value: Any) -> int | None:
+    """An integer from a JSON value, or None (booleans and non-numbers too)."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def describe_exit(code: int) -> str:
+    """`killed by SIGKILL (exit code 137)` for 128 + N, as a shell reports a signal death."""
+    if 128 < code < 128 + 65:
+        try:
+            return f"killed by {signal.Signals(code - 128).name} (exit code {code})"
+        except ValueError:
+            pass
+    return f"exited with code {code}"
+
+
+def clip(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= REASON_MAX else text[: REASON_MAX - 1] + "…"
