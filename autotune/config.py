@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -385,12 +386,12 @@ def _benchmark(s: _Section, base_dir: Path) -> BenchmarkConfig:
     if len(set(levels)) != len(levels):
         raise s.error("concurrency", f"has duplicate levels: {levels}")
     workload = s.str("workload", d.workload)
-    if workload not in BUILTIN_WORKLOADS:
+    if workload not in BUILTIN_WORKLOADS and not re.fullmatch(r"random:[1-9]\d*", workload):
         path = _local_path(base_dir, workload)
         if not path.is_file():
             raise s.error(
                 "workload",
-                f"must be natural, copy, greedy, random or a JSONL file; "
+                f"must be natural, copy, greedy, random[:N] or a JSONL file; "
                 f"{workload!r} is none of these",
             )
         workload = str(path)

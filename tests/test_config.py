@@ -95,7 +95,7 @@ BAD_INPUT = [
     (
         "benchmark.workload",
         "poetry",
-        "benchmark.workload: must be natural, copy, greedy, random or",
+        "benchmark.workload: must be natural, copy, greedy, random[:N] or",
     ),
     ("benchmark.max_duration", 0.6, "benchmark.max_duration: (0.6) must be at least min_duration"),
     ("benchmark.ci_width", 2, "benchmark.ci_width: must be a fraction in (0, 1)"),

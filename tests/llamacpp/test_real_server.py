@@ -82,14 +82,20 @@ def _config(tmp: Path, port: int, space: Any = SPACE, **study: Any) -> dict[str,
 
 
 def _run_one(
-    llama: tuple[Path, Path], tmp_path: Path, space: dict[str, Any], config: dict[str, Any]
+    llama: tuple[Path, Path],
+    tmp_path: Path,
+    space: dict[str, Any],
+    config: dict[str, Any],
+    workload: str = "copy",
 ) -> TrialResult:
     """One trial of `config` through the real pipeline, on a fresh server."""
     binary, model = llama
     port = free_port()
     unit = tmp_path / "llama.service"
     unit.write_text(unit_text(binary, model, port))
-    cfg = config_from_dict(_config(tmp_path, port, space), str(tmp_path / "x.yaml"), tmp_path)
+    data = _config(tmp_path, port, space)
+    data["benchmark"]["workload"] = workload
+    cfg = config_from_dict(data, str(tmp_path / "x.yaml"), tmp_path)
     deployer = LocalProcessDeployer(unit, log_dir=tmp_path / "logs")
     try:
         pipeline = TrialPipeline(cfg, deployer, LlamaCppEngine(), unit.read_text())
@@ -216,3 +222,34 @@ def _stop(pidfile: Path) -> None:
             return
         time.sleep(0.1)
     os.killpg(pgid, signal.SIGKILL)
+
+
+def test_requests_that_do_not_fit_a_slots_context_make_the_config_infeasible(
+    llama: tuple[Path, Path], tmp_path: Path
+) -> None:
+    # 1024 tokens over 4 slots: 256 each (llama.cpp pads slots to 256), and prompts of
+    # about 600 tokens.
+    space = {
+        "engine": "llama.cpp",
+        "params": {"ctx_size": {"flag": "--ctx-size", "type": "int", "choices": [1024]}},
+    }
+    result = _run_one(llama, tmp_path, space, {"ctx_size": 1024}, workload="random:600")
+    assert not result.score.feasible
+    assert result.attrs["failure"] == "context_too_small", result.attrs
+    assert "exceeds the available context size" in result.attrs["reason"]
+    assert result.score.constraints["server_up"] == 0  # it served; the workload did not fit
+
+
+def test_a_model_that_does_not_load_stops_the_study_in_one_line(
+    llama: tuple[Path, Path], tmp_path: Path
+) -> None:
+    binary, _ = llama
+    port = free_port()
+    missing = tmp_path / "no-such-model.gguf"
+    (tmp_path / "llama.service").write_text(unit_text(binary, missing, port))
+    config = tmp_path / "autotune.yaml"
+    config.write_text(yaml.safe_dump(_config(tmp_path, port, n_trials=3)))
+    proc = autotune("start", "--config", str(config), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "ExecStart" in last and f"the model file {missing} cannot be opened" in last, last
