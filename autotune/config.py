@@ -7,7 +7,6 @@ config can be run from anywhere. A search space given by bare name
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -41,8 +40,8 @@ class StudyConfig:
     startup_trials: int | None = None
     """Random proposals before the model; None: the sampler's own default (gp 2, tpe 6)."""
     on_finish: Literal["apply-best", "restore", "leave", "stop"] = "apply-best"
-    """Default apply-best; with deploy: local-process, stop (a rehearsal server ends with
-    autotune unless the config asks to keep it serving)."""
+    """Unset in the file: apply-best, or stop with deploy: local-process (a rehearsal server
+    ends with autotune unless the config asks to keep it serving)."""
 
 
 @dataclass(frozen=True)
@@ -231,16 +230,13 @@ def load_config(path: str | Path | None = None) -> Config:
 
 def config_from_dict(data: Any, file: str, base_dir: Path) -> Config:
     top = _Section(file, "", data)
-    study = _study(top.section("study"))
     target = _target(top.section("target"), base_dir)
+    study = _study(top.section("study"), target.deploy)
     space, space_source = _space(top, base_dir)
     benchmark = _benchmark(top.section("benchmark"), base_dir)
     objective = _objective(top.section("objective"), benchmark)
     top.finish()
-    if study.on_finish == "default":
-        local = target.deploy == "local-process"
-        study = dataclasses.replace(study, on_finish="stop" if local else "apply-best")
-    elif study.on_finish == "stop" and target.deploy != "local-process":
+    if study.on_finish == "stop" and target.deploy != "local-process":
         raise ConfigError(
             file,
             "study.on_finish",
@@ -271,7 +267,7 @@ def _check_sampler(
         raise ConfigError(file, "study.sampler", problem)
 
 
-def _study(s: _Section) -> StudyConfig:
+def _study(s: _Section, deploy: str) -> StudyConfig:
     d = StudyConfig()
     storage = s.str("storage", d.storage)
     scheme = urlparse(storage).scheme.split("+")[0]
@@ -284,8 +280,9 @@ def _study(s: _Section) -> StudyConfig:
         sampler=s.str("sampler", d.sampler, SAMPLERS),
         seed=s.int("seed", None),
         startup_trials=s.int("startup_trials", None, minimum=0),
-        # Its default depends on target.deploy: settled in config_from_dict.
-        on_finish=s.str("on_finish", None, ON_FINISH) or "default",
+        on_finish=s.str(
+            "on_finish", "stop" if deploy == "local-process" else d.on_finish, ON_FINISH
+        ),
     )
     s.finish()
     return out

@@ -264,3 +264,15 @@ def test_on_finish_defaults_to_stop_for_a_local_process_and_apply_best_elsewhere
     assert cfg.study.on_finish == "apply-best"
     assert cfg.objective.constraints.max_degenerate_share is None
     assert cfg.target.engine == "llama.cpp" and cfg.space.engine == "llama.cpp"
+
+
+def test_stop_at_the_end_is_refused_for_a_gpu_host(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _set(_base(), "study.on_finish", "stop")
+    _set(data, "target.deploy", "ssh")
+    _set(data, "target.ssh", {"host": "gpu1"})
+    _set(data, "target.unit_file", "/etc/systemd/system/sglang.service")
+    code, err = _validate(_write(tmp_path, data), capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "study.on_finish: stop applies to deploy: local-process only" in err

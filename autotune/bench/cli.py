@@ -15,7 +15,7 @@ from autotune.bench.protocol import ENDPOINTS
 from autotune.bench.result import LevelResult, LevelSettings
 from autotune.bench.runner import LevelFailed, run_level
 from autotune.bench.workload import Workload, load_workload
-from autotune.engines import Counters, get_engine
+from autotune.engines import Counters, Engine, get_engine
 from autotune.errors import AutotuneError, ConfigError
 
 API_KEY_ENV = "AUTOTUNE_API_KEY"
@@ -134,10 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         except ConfigError as exc:
             print(f"autotune bench: --engine: {exc.problem}", file=sys.stderr)
             return 2
-    args.engine_adapter = engine
     api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     try:
-        return asyncio.run(_run(args, workload, api_key))
+        return asyncio.run(_run(args, workload, api_key, engine))
     except KeyboardInterrupt:
         print("autotune bench: interrupted", file=sys.stderr)
         return 130
@@ -146,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
 
 
-async def _run(args: argparse.Namespace, workload: Workload, api_key: str | None) -> int:
+async def _run(
+    args: argparse.Namespace, workload: Workload, api_key: str | None, engine: Engine | None
+) -> int:
     out: TextIO = sys.stdout
     show_progress = sys.stderr.isatty()
     if not args.json:
@@ -161,7 +162,6 @@ async def _run(args: argparse.Namespace, workload: Workload, api_key: str | None
             ci_width=args.ci_width,
             request_timeout_s=args.timeout,
         )
-        engine = args.engine_adapter
         before = await engine.counters(args.url, api_key) if engine is not None else None
         try:
             result = await run_level(

@@ -24,6 +24,7 @@ from .sse_server import ServerConfig, server_process
         (["--url", "http://x", "--min-duration", "9", "--max-duration", "3"], "must not exceed"),
         (["--url", "http://x", "--workload", "sharegpt"], "unknown workload"),
         (["--url", "http://x", "--workload", "/nonexistent.jsonl"], "not found"),
+        (["--url", "http://x", "--engine", "tgi"], "unknown engine 'tgi'"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(

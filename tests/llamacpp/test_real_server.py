@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -208,20 +206,8 @@ def test_a_real_study_ends_feasible_with_the_best_config_serving(
 
 
 def _stop(pidfile: Path) -> None:
-    if not pidfile.exists():
-        return
-    pgid = int(pidfile.read_text().split()[0])
-    try:
-        os.killpg(pgid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    for _ in range(100):
-        try:
-            os.killpg(pgid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.killpg(pgid, signal.SIGKILL)
+    """Stop the server the study left serving, as the next `autotune start` would."""
+    LocalProcessDeployer(pidfile.parent / "unused.service", log_dir=pidfile.parent).stop_leftover()
 
 
 def test_requests_that_do_not_fit_a_slots_context_make_the_config_infeasible(
