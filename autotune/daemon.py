@@ -158,7 +158,11 @@ def _run_with_deployer(
             raise
         except StudyStopped as stopped:
             log.error("study stopped: no config can run", reason=stopped.problem)
-            finish(cfg, study, deployer, pipeline)
+            try:
+                finish(cfg, study, deployer, pipeline)
+            except AutotuneError as err:
+                # The unit itself may be what cannot start: the cause stays the one line.
+                log.error("could not put a known config back", error=str(err))
             raise
         if not stop.requested and st.remaining_budget(study, total) == 0:
             _validate_finalists(cfg, study, pipeline)
@@ -391,8 +395,14 @@ def _summary(
 def describe(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]:
     """The JSON shape of `autotune best`."""
     metrics = {k: v for k, v in t.user_attrs.items() if k.startswith(("output_tok_s@", "accept"))}
-    keys = ("max_running_requests", "max_total_num_tokens", "workload", "draft_acceptance")
-    for key in (*keys, "value_ci", "uncertain_levels"):
+    for key in (
+        "max_running_requests",
+        "max_total_num_tokens",
+        "workload",
+        "draft_acceptance",
+        "value_ci",
+        "uncertain_levels",
+    ):
         if key in t.user_attrs:
             metrics[key] = t.user_attrs[key]
     validation = finalists.validation_of(study, t.number)

@@ -234,7 +234,8 @@ def test_a_model_that_does_not_load_stops_the_study_in_one_line(
     missing = tmp_path / "no-such-model.gguf"
     (tmp_path / "llama.service").write_text(unit_text(binary, missing, port))
     config = tmp_path / "autotune.yaml"
-    config.write_text(yaml.safe_dump(_config(tmp_path, port, n_trials=3)))
+    # apply-best: at the end the original unit is tried again, and fails the same way.
+    config.write_text(yaml.safe_dump(_config(tmp_path, port, n_trials=3, on_finish="apply-best")))
     proc = autotune("start", "--config", str(config), cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
