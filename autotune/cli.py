@@ -26,6 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = _parser()
     args = parser.parse_args(args_list)
+    args.argv = args_list  # a `workers:` config starts itself once per worker
     from autotune import log
 
     log.setup(
@@ -67,7 +68,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(
-        name: str, func: Callable[[argparse.Namespace], int], help_: str, study_args: bool = True
+        name: str,
+        func: Callable[[argparse.Namespace], int],
+        help_: str,
+        study_args: bool = True,
+        worker_arg: bool = False,
     ) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_, description=help_)
         sp.set_defaults(func=func)
@@ -77,9 +82,17 @@ def _parser() -> argparse.ArgumentParser:
         if study_args:
             sp.add_argument("--storage", help="override study.storage (a database URL)")
             sp.add_argument("--study", help="override study.name")
+        if worker_arg:
+            sp.add_argument(
+                "--worker",
+                metavar="NAME",
+                help="only this worker of the config's workers: list (default: every one)",
+            )
         return sp
 
-    start = add("start", _start, "start or resume a study")
+    start = add(
+        "start", _start, "start or resume a study (or join it as one more worker)", worker_arg=True
+    )
     start.add_argument("--n-trials", type=int, help="the study's total number of trials")
     start.add_argument(
         "--until", metavar="HH:MM", help="stop cleanly at this local time (the level finishes)"
@@ -93,12 +106,25 @@ def _parser() -> argparse.ArgumentParser:
     ):
         sp = add(name, func, help_)
         sp.add_argument("--json", action="store_true", help="machine-readable output")
-    add("validate", _validate, "check config, search space, unit file and host; change nothing")
+    add(
+        "validate",
+        _validate,
+        "check config, search space, unit file and host; change nothing",
+        worker_arg=True,
+    )
     apply = add(
-        "apply", _apply, "deploy the best (or a given) trial's config and wait until it serves"
+        "apply",
+        _apply,
+        "deploy the best (or a given) trial's config and wait until it serves",
+        worker_arg=True,
     )
     apply.add_argument("--trial", type=int, help="trial number (default: the best feasible trial)")
-    add("restore", _restore, "put the original unit back, restart it and wait until it serves")
+    add(
+        "restore",
+        _restore,
+        "put the original unit back, restart it and wait until it serves",
+        worker_arg=True,
+    )
     dashboard = add("dashboard", _dashboard, "optuna-dashboard for the study, on 127.0.0.1")
     dashboard.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
     report = add("report", _report, "write the study's HTML report")
@@ -121,7 +147,17 @@ def _load(args: argparse.Namespace) -> Any:
         if args.n_trials < 1:
             raise AutotuneError("--n-trials must be at least 1")
         study = replace(study, n_trials=args.n_trials)
-    return replace(cfg, study=study)
+    cfg = replace(cfg, study=study)
+    if getattr(args, "worker", None):
+        cfg = cfg.for_worker(args.worker)
+    return cfg
+
+
+def _each_worker(cfg: Any) -> list[Any]:
+    """The config as each of its workers sees it (just itself without a workers: list)."""
+    if cfg.worker is not None or not cfg.workers:
+        return [cfg]
+    return [cfg.for_worker(w.name) for w in cfg.workers]
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -134,6 +170,10 @@ def _start(args: argparse.Namespace) -> int:
         deadline = deadline_from(args.until, args.max_hours)
     except ValueError as exc:
         raise AutotuneError(str(exc)) from None
+    if cfg.workers and cfg.worker is None:
+        from autotune import fleet
+
+        return fleet.start_workers(cfg, args.argv)
     stop = StopRequest()
     stop.install_signal_handlers()
     summary = daemon.run_study(cfg, stop=stop, deadline=deadline)
@@ -167,6 +207,7 @@ def _start(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from autotune import study as st
+    from autotune.storage import redact
 
     cfg = _load(args)
     study = st.open_study(cfg, create=False)
@@ -181,7 +222,7 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     print(
         f"study {study.study_name}: {st.finished_count(study)} of {cfg.study.n_trials} trials "
-        f"finished ({cfg.study.storage})"
+        f"finished ({redact(cfg.study.storage)})"
     )
     header = f"{'#':>4}  {'state':9} {'feasible':8} {'value':>10} {'±95%':>6}  config / reason"
     print(header)
@@ -251,9 +292,14 @@ def _best(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    for cfg in _each_worker(_load(args)):
+        _validate_one(cfg)
+    return 0
+
+
+def _validate_one(cfg: Any) -> None:
     from autotune import daemon
 
-    cfg = _load(args)
     daemon.api_key(cfg)
     if cfg.target.deploy == "local-process":
         daemon.check_unit(cfg, cfg.target.unit_file.read_text())
@@ -264,28 +310,30 @@ def _validate(args: argparse.Namespace) -> int:
             deployer.close()
     else:
         daemon.check_target(cfg)
+    who = f"worker {cfg.worker}: " if cfg.worker else ""
     print(
-        f"{cfg.source}: ok ({cfg.space_source}: {cfg.space.size()} configs; "
+        f"{cfg.source}: {who}ok ({cfg.space_source}: {cfg.space.size()} configs; "
         f"unit {cfg.target.unit}; deploy {cfg.target.deploy})"
     )
-    return 0
 
 
 def _apply(args: argparse.Namespace) -> int:
     from autotune import daemon
 
-    cfg = _load(args)
-    number = daemon.apply_trial(cfg, args.trial)
-    print(f"serving trial {number}'s config ({cfg.target.unit} via {cfg.target.deploy})")
+    for cfg in _each_worker(_load(args)):
+        number = daemon.apply_trial(cfg, args.trial)
+        who = f" on {cfg.worker}" if cfg.worker else ""
+        print(f"serving trial {number}'s config{who} ({cfg.target.unit} via {cfg.target.deploy})")
     return 0
 
 
 def _restore(args: argparse.Namespace) -> int:
     from autotune import daemon
 
-    cfg = _load(args)
-    daemon.restore_original(cfg)
-    print(f"serving the original {cfg.target.unit}")
+    for cfg in _each_worker(_load(args)):
+        daemon.restore_original(cfg)
+        who = f" on {cfg.worker}" if cfg.worker else ""
+        print(f"serving the original {cfg.target.unit}{who}")
     return 0
 
 

@@ -21,6 +21,8 @@ from autotune import resources
 from autotune.engines import ENGINES
 from autotune.errors import ConfigError
 from autotune.space import ENUMERABLE_LIMIT, SearchSpace, load_space, space_from_dict
+from autotune.storage import redact
+from autotune.storage import scheme as storage_scheme
 
 DEPLOY_MODES = ("local-process", "local-systemd", "ssh")
 SAMPLERS = ("auto", "gp", "tpe", "random", "optuna-gp")
@@ -42,6 +44,9 @@ class StudyConfig:
     on_finish: Literal["apply-best", "restore", "leave", "stop"] = "apply-best"
     """Unset in the file: apply-best, or stop with deploy: local-process (a rehearsal server
     ends with autotune unless the config asks to keep it serving)."""
+    heartbeat_grace: int = 300
+    """Seconds without a heartbeat after which another worker fails a running trial (its
+    worker or host died) and queues its config again. Beats come every fifth of it."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,14 @@ class ObjectiveConfig:
 
 
 @dataclass(frozen=True)
+class WorkerConfig:
+    """One host of a study with several: its name and its own target."""
+
+    name: str
+    target: TargetConfig
+
+
+@dataclass(frozen=True)
 class Config:
     source: str
     study: StudyConfig
@@ -100,6 +113,20 @@ class Config:
     space_source: str
     benchmark: BenchmarkConfig
     objective: ObjectiveConfig
+    workers: tuple[WorkerConfig, ...] = ()
+    """`workers:` of the file: one host each (empty: `target` is the only one)."""
+    worker: str | None = None
+    """The worker this process is (None: the config's only target)."""
+
+    def for_worker(self, name: str) -> Config:
+        """This config as seen by one of its workers: its target is that worker's."""
+        import dataclasses
+
+        for w in self.workers:
+            if w.name == name:
+                return dataclasses.replace(self, target=w.target, worker=name)
+        names = ", ".join(w.name for w in self.workers) or "none"
+        raise ConfigError(self.source, "workers", f"no worker named {name!r} (workers: {names})")
 
     def warmup(self) -> str:
         """What every level sends before measuring, the same in every trial (a speculator
@@ -116,9 +143,12 @@ class Config:
 
     def summary(self) -> dict[str, Any]:
         """The settings a study ran with, JSON-safe, without secrets (for the study record)."""
+        from autotune.storage import redact
+
         return {
             "config_file": self.source,
-            "study": vars(self.study),
+            "study": {**vars(self.study), "storage": redact(self.study.storage)},
+            "workers": [w.name for w in self.workers],
             "target": {
                 "engine": self.target.engine,
                 "deploy": self.target.deploy,
@@ -230,7 +260,8 @@ def load_config(path: str | Path | None = None) -> Config:
 
 def config_from_dict(data: Any, file: str, base_dir: Path) -> Config:
     top = _Section(file, "", data)
-    target = _target(top.section("target"), base_dir)
+    workers = _workers(top, base_dir)
+    target = workers[0].target if workers else _target(top.section("target"), base_dir)
     study = _study(top.section("study"), target.deploy)
     space, space_source = _space(top, base_dir)
     benchmark = _benchmark(top.section("benchmark"), base_dir)
@@ -248,7 +279,73 @@ def config_from_dict(data: Any, file: str, base_dir: Path) -> Config:
             space_source, "engine", f"is {space.engine!r} but target.engine is {target.engine!r}"
         )
     _check_sampler(file, study, space, objective)
-    return Config(file, study, target, space, space_source, benchmark, objective)
+    if workers and storage_scheme(study.storage) == "sqlite" and len(workers) > 1:
+        hosts = {_host_of(w.target) for w in workers}
+        if len(hosts) > 1:
+            raise ConfigError(
+                file,
+                "study.storage",
+                "workers on several hosts need a database they all reach: "
+                "postgresql+psycopg://... (a SQLite file lives on one machine)",
+            )
+    return Config(file, study, target, space, space_source, benchmark, objective, workers)
+
+
+def _host_of(t: TargetConfig) -> str:
+    """Where a worker runs its server: the SSH host, else this machine."""
+    return str(t.ssh.get("host", "")) if t.deploy == "ssh" else "localhost"
+
+
+def _workers(top: _Section, base_dir: Path) -> tuple[WorkerConfig, ...]:
+    """`workers:` — each a mapping of target keys (plus `name`) laid over `target:`."""
+    raw = top.get("workers")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise top.error("workers", "must be a non-empty list of target overrides (one per host)")
+    base = top.get("target") or {}
+    if not isinstance(base, dict):
+        raise top.error("target", f"must be a mapping, got {_show(base)}")
+    out: list[WorkerConfig] = []
+    for i, item in enumerate(raw):
+        path = f"workers[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(
+                top.file, path, f"must be a mapping of target keys, got {_show(item)}"
+            )
+        over = dict(item)
+        name = over.pop("name", None)
+        merged = _deep_merge(base, over)
+        target = _target(_Section(top.file, path, merged), base_dir)
+        if name is None:
+            name = str(target.ssh.get("host")) if target.deploy == "ssh" else f"worker-{i + 1}"
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+            raise ConfigError(top.file, f"{path}.name", f"must be a short name, got {name!r}")
+        if any(w.name == name for w in out):
+            raise ConfigError(top.file, f"{path}.name", f"{name!r} is used twice")
+        out.append(WorkerConfig(name, target))
+    seen: dict[tuple[str, str], str] = {}
+    for w in out:
+        where = (_host_of(w.target), w.target.base_url)
+        if where in seen:
+            raise ConfigError(
+                top.file,
+                "workers",
+                f"{w.name} and {seen[where]} drive the same server ({w.target.base_url} on "
+                f"{where[0]}): one worker per host",
+            )
+        seen[where] = w.name
+    return tuple(out)
+
+
+def _deep_merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _check_sampler(
@@ -270,9 +367,12 @@ def _check_sampler(
 def _study(s: _Section, deploy: str) -> StudyConfig:
     d = StudyConfig()
     storage = s.str("storage", d.storage)
-    scheme = urlparse(storage).scheme.split("+")[0]
-    if scheme not in ("sqlite", "postgresql", "postgres", "mysql"):
-        raise s.error("storage", f"must be a URL like sqlite:///autotune.db; got {storage!r}")
+    if storage_scheme(storage) not in ("sqlite", "postgresql"):
+        raise s.error(
+            "storage",
+            "must be a URL like sqlite:///autotune.db or postgresql+psycopg://user@host/db; "
+            f"got {redact(storage)!r}",
+        )
     out = StudyConfig(
         name=s.str("name", d.name),
         storage=storage,
@@ -283,6 +383,7 @@ def _study(s: _Section, deploy: str) -> StudyConfig:
         on_finish=s.str(
             "on_finish", "stop" if deploy == "local-process" else d.on_finish, ON_FINISH
         ),
+        heartbeat_grace=s.int("heartbeat_grace", d.heartbeat_grace, minimum=5),
     )
     s.finish()
     return out

@@ -1,26 +1,35 @@
-"""The study loop: budget, baseline, propose -> (reuse | run) -> record, and the end of a study."""
+"""One worker's study: open it, check the target, run the worker, then the end of the study.
+
+The per-trial loop is `worker.Worker`; this module sets it up (database,
+deployer, unit checks, baseline) and ends it (finalists once per study, the
+host left on the config the study chose).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optuna
+import structlog
 
-from autotune import finalists, objective, unitfile
+from autotune import finalists, objective, storage, unitfile
 from autotune import study as st
-from autotune.artifacts import artifact_dir, upload_trial
+from autotune.artifacts import artifact_dir, artifact_store
 from autotune.config import Config
 from autotune.deploy.base import Deployer
 from autotune.engines import get_engine
 from autotune.errors import AutotuneError, ConfigError, DeployError, ServerFailed, StudyStopped
-from autotune.locking import StudyLock
+from autotune.locking import ProcessLock
 from autotune.log import get
 from autotune.stopping import StopRequest, TrialInterrupted
-from autotune.trial import FindMeasured, TrialPipeline, TrialResult
+from autotune.trial import TrialPipeline
+from autotune.worker import POLL_S, Tally, Worker
 
 log = get("autotune")
 
@@ -97,33 +106,59 @@ def api_key(cfg: Config) -> str | None:
 def run_study(
     cfg: Config, *, stop: StopRequest | None = None, deadline: float | None = None
 ) -> StudySummary:
-    """Run the study until its budget is spent, a stop is requested or the deadline passes."""
+    """Run this worker's share of the study until the budget is spent, a stop is requested
+    or the deadline passes; then the finalists (once per study) and this host's end."""
     stop = stop or StopRequest()
-    with StudyLock(cfg.study.storage, cfg.study.name):
-        study = st.open_study(cfg)
-        st.recover_stale(study)
-        total = cfg.study.n_trials
-        if st.remaining_budget(study, total) == 0:
-            log.info(
-                "budget spent: nothing to deploy",
-                study=cfg.study.name,
-                finished=st.finished_count(study),
-                n_trials=total,
-                hint="raise --n-trials to continue this study",
-            )
-            return _summary(cfg, study, ran=0, deployed=0, reused=0, spent=True)
-        if deadline is not None:
-            stop.stop_at(deadline, "deadline reached (--until / --max-hours)")
-        try:
+    if cfg.worker is not None:
+        structlog.contextvars.bind_contextvars(worker=cfg.worker)
+    study = st.open_study(cfg)
+    total = cfg.study.n_trials
+    if st.remaining_budget(study, total) == 0 and not finalists.pending(cfg, study):
+        log.info(
+            "budget spent: nothing to deploy",
+            study=cfg.study.name,
+            finished=st.finished_count(study),
+            n_trials=total,
+            hint="raise --n-trials to continue this study",
+        )
+        return _summary(cfg, study, Tally(), spent=True)
+    if deadline is not None:
+        stop.stop_at(deadline, "deadline reached (--until / --max-hours)")
+    try:
+        with local_lock(cfg):
             return _run_with_deployer(cfg, study, stop, total)
-        finally:
-            stop.cancel()
+    finally:
+        stop.cancel()
+
+
+def local_lock(cfg: Config) -> contextlib.AbstractContextManager[Any]:
+    """One worker per server: a systemd host has its own lock (target.systemd.lock_file);
+    a local process is guarded by a lock in its state folder."""
+    if cfg.target.deploy != "local-process":
+        return contextlib.nullcontext()
+    state = state_dir(cfg)
+    return ProcessLock(
+        state / "worker.lock",
+        f"the server of {cfg.target.unit_file} ({cfg.target.base_url})",
+    )
+
+
+def state_dir(cfg: Config) -> Path:
+    """A local-process server's logs and pidfile: beside a SQLite study, else beside the
+    config; one folder per worker, so that a server left by a killed worker is found by the
+    next start."""
+    if storage.sqlite_file(cfg.study.storage) is not None:
+        base = artifact_dir(cfg.study.storage)
+    else:
+        base = Path(cfg.source).resolve().parent / "autotune-artifacts"
+    return base / ("local-process" if cfg.worker is None else f"local-process-{cfg.worker}")
 
 
 def _run_with_deployer(
     cfg: Config, study: optuna.Study, stop: StopRequest, total: int
 ) -> StudySummary:
     deployer = make_deployer(cfg)
+    tally = Tally()
     try:
         deployer.preflight()
         base_unit = deployer.original_unit()
@@ -137,21 +172,23 @@ def _run_with_deployer(
         log.info(
             "study",
             study=cfg.study.name,
-            storage=cfg.study.storage,
+            storage=storage.redact(cfg.study.storage),
             finished=st.finished_count(study),
+            running=len(st.running_trials(study)),
             n_trials=total,
             space=f"{cfg.space_source} ({cfg.space.size()} configs)",
         )
+        worker = Worker(
+            cfg,
+            study,
+            pipeline.run,
+            baseline,
+            stop=stop,
+            artifacts=artifact_store(cfg.study.storage, st.engine_of(study)),
+            on_infra_error=lambda err: wait_for_infrastructure(cfg, deployer, err, stop),
+        )
         try:
-            ran, deployed, reused = run_trials(
-                cfg,
-                study,
-                pipeline.run,
-                baseline,
-                total,
-                stop=stop,
-                on_infra_error=lambda err: wait_for_infrastructure(cfg, deployer, err, stop),
-            )
+            tally = worker.run()
         except KeyboardInterrupt:
             log.warning("aborted: putting a known unit in place without waiting for it")
             abort_to_known_config(cfg, study, deployer, pipeline)
@@ -165,7 +202,7 @@ def _run_with_deployer(
                 log.error("could not put a known config back", error=str(err))
             raise
         if not stop.requested and st.remaining_budget(study, total) == 0:
-            _validate_finalists(cfg, study, pipeline)
+            _finalists_once(cfg, study, pipeline, stop)
         try:
             finish(cfg, study, deployer, pipeline)
         except KeyboardInterrupt:
@@ -173,27 +210,62 @@ def _run_with_deployer(
             raise
     finally:
         deployer.close()
-    summary = _summary(
-        cfg,
-        study,
-        ran=ran,
-        deployed=deployed,
-        reused=reused,
-        spent=st.remaining_budget(study, total) == 0,
-    )
+    summary = _summary(cfg, study, tally, spent=st.remaining_budget(study, total) == 0)
     summary.stopped = stop.reason if stop.requested else None
     return summary
 
 
+def _finalists_once(
+    cfg: Config, study: optuna.Study, pipeline: TrialPipeline, stop: StopRequest
+) -> None:
+    """The finalists are measured by one worker; the others wait for its verdict, so that
+    every host ends on the config the study chose."""
+    said = False
+    while finalists.pending(cfg, study) and not stop.requested:
+        if st.claim_finalists(study, cfg.study.n_trials, cfg.worker):
+            with _ClaimRenewal(study, cfg):
+                _validate_finalists(cfg, study, pipeline)
+            return
+        if not said:
+            claim = study.user_attrs.get(st.FINALISTS_CLAIM) or {}
+            who = (claim.get("owner") or {}).get("worker") or (claim.get("owner") or {}).get("host")
+            log.info("another worker measures the finalists: waiting for its verdict", by=who)
+            said = True
+        time.sleep(POLL_S)
+
+
 def _validate_finalists(cfg: Config, study: optuna.Study, pipeline: TrialPipeline) -> None:
-    if not finalists.pending(cfg, study):
-        return
     try:
         finalists.validate(cfg, study, lambda params: pipeline.run(params, lambda _c: None))
     except TrialInterrupted:
         log.warning("finalist validation interrupted: the best stays the best single measurement")
     except DeployError as err:
         log.error("finalist validation skipped: the target is unreachable", error=str(err))
+
+
+class _ClaimRenewal:
+    """While this worker measures the finalists, it says so every fifth of the grace."""
+
+    def __init__(self, study: optuna.Study, cfg: Config) -> None:
+        self.study, self.cfg = study, cfg
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, daemon=True)
+
+    def _renew(self) -> None:
+        every = max(1.0, self.cfg.study.heartbeat_grace / 5)
+        while not self._stop.wait(every):
+            try:
+                st.renew_finalists_claim(self.study, self.cfg.study.n_trials, self.cfg.worker)
+            except Exception as exc:  # a missed renewal must not stop the finalists
+                log.warning("could not renew the finalists claim", error=str(exc))
+
+    def __enter__(self) -> _ClaimRenewal:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def wait_for_infrastructure(
@@ -240,153 +312,14 @@ def abort_to_known_config(
         log.error("could not put a known unit in place", error=str(exc))
 
 
-#: Measures one config (None: the unit as it is); the trial pipeline in production,
-#: the simulator's model in the sample-efficiency benchmark.
-Measure = Callable[[dict[str, Any] | None, FindMeasured], TrialResult]
-
-
-def run_trials(
-    cfg: Config,
-    study: optuna.Study,
-    measure: Measure,
-    baseline: st.Baseline,
-    total: int,
-    *,
-    artifacts: bool = True,
-    stop: StopRequest | None = None,
-    on_infra_error: Callable[[DeployError], None] | None = None,
-) -> tuple[int, int, int]:
-    """Propose, measure and record trials until the study holds `total` finished trials.
-
-    A trial cut short by a stop or an infrastructure failure is recorded as
-    FAIL (which neither counts against the budget nor teaches the sampler) and
-    its config is queued again. Returns (trials run, servers deployed, results reused).
-    """
-    stop = stop or StopRequest()
-    ran = deployed = reused = 0
-    while st.remaining_budget(study, total) > 0 and not stop.requested:
-        number = st.finished_count(study) + 1
-        try:
-            outcome = one_trial(cfg, study, measure, baseline, number, total, artifacts=artifacts)
-        except DeployError as err:
-            if on_infra_error is None:
-                raise
-            on_infra_error(err)
-            continue
-        if outcome == "interrupted":
-            break
-        ran += 1
-        deployed += outcome != "reused-before-deploy"
-        reused += outcome.startswith("reused")
-    return ran, deployed, reused
-
-
-def one_trial(
-    cfg: Config,
-    study: optuna.Study,
-    measure: Measure,
-    baseline: st.Baseline,
-    number: int,
-    total: int,
-    *,
-    artifacts: bool = True,
-) -> str:
-    as_is = st.baseline_as_is_pending(study, baseline)
-    trial = study.ask()
-    trial.set_user_attr("owner", st.owner())
-    trial.set_user_attr("started_at", time.time())
-    if as_is:
-        params = None
-        trial.set_user_attr("baseline", True)
-    else:
-        params = cfg.space.decode(cfg.space.suggest(trial))
-        trial.set_user_attr("config", params)
-    is_baseline = bool(trial.user_attrs.get("baseline"))
-    log.info(
-        f"trial {number}/{total}",
-        trial=trial.number,
-        config=params if params is not None else "unit file as is",
-        **({"baseline": True} if is_baseline else {}),
-    )
-    if params is not None:
-        earlier = st.find_measured(study, params)
-        if earlier is not None:
-            frozen = st.record_reuse(study, trial, earlier)
-            log.info(
-                "same config as an earlier trial: result reused",
-                trial=trial.number,
-                reused_from=earlier,
-                value=_fmt(frozen.values),
-            )
-            return "reused-before-deploy"
-    try:
-        with st.Heartbeat(study, trial):
-            result = measure(params, lambda cfg_: st.find_measured(study, cfg_))
-    except TrialInterrupted as stopped:
-        st.fail_and_requeue(study, trial, failure="interrupted", reason=str(stopped))
-        log.warning(
-            "trial interrupted: not recorded, its config is queued again", trial=trial.number
-        )
-        return "interrupted"
-    except DeployError as err:
-        # Not the config's fault: the trial must not teach the sampler anything.
-        st.fail_and_requeue(study, trial, failure="infrastructure", reason=str(err))
-        raise
-    except KeyboardInterrupt:
-        st.fail_and_requeue(study, trial, failure="interrupted", reason="aborted")
-        raise
-    except StudyStopped as stopped:
-        # No config can avoid it: the study ends with one line; the config runs once fixed.
-        st.fail_and_requeue(study, trial, failure="study_stopped", reason=str(stopped))
-        raise
-    except Exception as exc:
-        st.fail_and_requeue(study, trial, failure="internal_error", reason=repr(exc))
-        raise
-    if result.reused_from is not None:
-        result.attrs.pop("feasible", None)
-        for key, value in result.attrs.items():
-            trial.set_user_attr(key, value)
-        frozen = st.record_reuse(study, trial, result.reused_from)
-        log.info(
-            "server resolved it to an earlier trial's config: result reused",
-            trial=trial.number,
-            reused_from=result.reused_from,
-        )
-        return "reused-after-deploy"
-    if artifacts:
-        upload_trial(
-            cfg.study.storage,
-            trial,
-            unit_text=result.unit_text,
-            server_log=result.server_log,
-            result={"config": params, **result.attrs},
-        )
-    frozen = st.record(study, trial, result.score, result.attrs)
-    st.update_model_best(study, cfg.space)
-    log.info(
-        "trial done",
-        trial=trial.number,
-        value=_fmt(frozen.values),
-        feasible=result.score.feasible,
-        **({"failure": result.attrs["failure"]} if "failure" in result.attrs else {}),
-    )
-    return "measured"
-
-
-def _fmt(values: list[float] | None) -> str:
-    return ", ".join(f"{v:.1f}" for v in values or [])
-
-
-def _summary(
-    cfg: Config, study: optuna.Study, *, ran: int, deployed: int, reused: int, spent: bool
-) -> StudySummary:
+def _summary(cfg: Config, study: optuna.Study, tally: Tally, *, spent: bool) -> StudySummary:
     best = st.best_trials(study)
     return StudySummary(
         study=cfg.study.name,
         finished=st.finished_count(study),
-        ran=ran,
-        deployed=deployed,
-        reused=reused,
+        ran=tally.ran,
+        deployed=tally.deployed,
+        reused=tally.reused,
         best=describe(study, best[0]) if best else None,
         budget_spent=spent,
     )
@@ -427,8 +360,7 @@ def make_deployer(cfg: Config) -> Deployer:
 
         # Logs and the pidfile persist beside the study, so a server left by a killed
         # daemon is found and stopped by the next start.
-        state = artifact_dir(cfg.study.storage) / "local-process"
-        return LocalProcessDeployer(t.unit_file, log_dir=state)
+        return LocalProcessDeployer(t.unit_file, log_dir=state_dir(cfg))
     from autotune.deploy import settings
 
     sd = settings.systemd_settings(t.unit, str(t.unit_file), t.systemd, cfg.source)

@@ -26,20 +26,25 @@ long as every trial carries both forms (tests/test_dashboard.py checks it).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Callable
 from socketserver import ThreadingMixIn
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import optuna
+from optuna.artifacts._protocol import ArtifactStore
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import FrozenTrial
 from sqlalchemy.exc import SQLAlchemyError
 
-from autotune import objective
-from autotune.artifacts import artifact_dir
+from autotune import storage
+from autotune.artifacts import artifact_store
+from autotune.constraints_form import (  # noqa: F401 - the public surface of this module
+    LEGACY_KEY,
+    keyed_constraints,
+    legacy_list,
+    write_legacy_constraints,
+)
 from autotune.errors import AutotuneError
 from autotune.log import get
 
@@ -51,44 +56,8 @@ log = get("autotune.dashboard")
 DEFAULT_PORT = 8080
 HOST = "127.0.0.1"  # the study DB holds the fleet's configs: never serve it beyond this host
 
-#: The trial system attribute optuna-dashboard 0.21 reads (Optuna's `_CONSTRAINTS_KEY`).
-LEGACY_KEY = "constraints"
-_KEYED_PREFIX = LEGACY_KEY + ":"
 #: The study-detail route of optuna-dashboard 0.21 (`_app.py`), the one the plugin corrects.
 STUDY_DETAIL_RULE = "/api/studies/<study_id:int>"
-
-
-# -- constraints in the form optuna-dashboard reads -----------------------------------
-def keyed_constraints(t: FrozenTrial) -> dict[str, float]:
-    """A trial's named constraints (`set_constraint`), without the list form's "0", "1", ...
-
-    `FrozenTrial.constraints` returns both forms merged; copying that into
-    another trial (a reused result) would turn the list entries into named keys.
-    """
-    return {
-        key[len(_KEYED_PREFIX) :]: float(value)
-        for key, value in t.system_attrs.items()
-        if key.startswith(_KEYED_PREFIX)
-    }
-
-
-def legacy_list(constraints: Mapping[str, float]) -> list[float]:
-    """The values in `objective.CONSTRAINT_KEYS` order, then any other keys by name."""
-    known = [k for k in objective.CONSTRAINT_KEYS if k in constraints]
-    others = sorted(k for k in constraints if k not in objective.CONSTRAINT_KEYS)
-    return [float(constraints[k]) for k in (*known, *others)]
-
-
-def write_legacy_constraints(
-    study: optuna.Study, trial_id: int, constraints: Mapping[str, float]
-) -> None:
-    """Also store a running trial's constraints as the list optuna-dashboard 0.21 reads.
-
-    Call it with the same values given to `trial.set_constraint`, before
-    `study.tell` (a finished trial's attributes cannot change).
-    """
-    if constraints:
-        study._storage.set_trial_system_attr(trial_id, LEGACY_KEY, legacy_list(constraints))
 
 
 # -- the plugin that corrects the study-detail API ---------------------------------------
@@ -118,8 +87,7 @@ class TruthPlugin:
     def correct(self, study_id: int, body: dict[str, Any]) -> None:
         from optuna_dashboard._serializer import serialize_frozen_trial
 
-        # Here, not at the top: study.py imports this module to record the list form.
-        from autotune import study as st
+        from autotune import study as st  # the dashboard reads the study; never the reverse
 
         try:
             name = self.storage.get_study_name_from_id(study_id)
@@ -145,44 +113,19 @@ def _fill_constraints(serialized: dict[str, Any], t: FrozenTrial | None) -> None
         serialized["constraints"] = legacy_list(keyed_constraints(t))
 
 
-def make_app(storage: BaseStorage, artifacts: Path | None) -> Any:
+def make_app(storage: BaseStorage, artifacts: ArtifactStore | None) -> Any:
     """optuna-dashboard's WSGI app on `storage`, serving `artifacts`, with `TruthPlugin`."""
     import optuna_dashboard
-    from optuna.artifacts import FileSystemArtifactStore
 
-    store = FileSystemArtifactStore(str(artifacts)) if artifacts is not None else None
-    app = optuna_dashboard.wsgi(storage, artifact_store=store)
+    app = optuna_dashboard.wsgi(storage, artifact_store=artifacts)
     app.install(TruthPlugin(storage))
     return app
 
 
 # -- `autotune dashboard` ------------------------------------------------------------------
-def sqlite_file(url: str) -> Path | None:
-    """The database file of a SQLite URL (None for in-memory or another database)."""
-    parsed = urlparse(url)
-    if not parsed.scheme.startswith("sqlite") or parsed.path in ("", "/", "/:memory:"):
-        return None
-    return Path(parsed.path[1:])
-
-
-def open_storage(url: str) -> RDBStorage:
-    """The study DB for reading beside a running daemon: waits for its locks, creates nothing."""
-    db = sqlite_file(url)
-    engine_kwargs: dict[str, Any] = {}
-    if db is not None:
-        if not db.is_file():
-            raise AutotuneError(f"no study database at {db} (run `autotune start` first)")
-        # The daemon may hold the write lock for a moment; wait rather than fail.
-        engine_kwargs["connect_args"] = {"timeout": 30}
-    try:
-        return RDBStorage(
-            url,
-            engine_kwargs=engine_kwargs,
-            skip_compatibility_check=True,
-            skip_table_creation=True,
-        )
-    except Exception as exc:
-        raise AutotuneError(f"cannot open storage {url}: {exc}") from None
+def open_storage(url: str, source: str | None = None) -> RDBStorage:
+    """The study DB for reading beside running workers: waits for their locks, creates nothing."""
+    return storage.open_storage(url, source=source, create=False)
 
 
 class _ThreadedServer(ThreadingMixIn, WSGIServer):
@@ -196,10 +139,9 @@ class _QuietHandler(WSGIRequestHandler):
 
 def serve(cfg: Config, port: int = DEFAULT_PORT) -> int:
     """Serve optuna-dashboard for the study on 127.0.0.1:`port` until Ctrl-C; print its URL."""
-    storage = open_storage(cfg.study.storage)
+    db = open_storage(cfg.study.storage, cfg.source)
     # Served even before the first trial stored its files: the folder appears with them.
-    artifacts = artifact_dir(cfg.study.storage).resolve()
-    app = make_app(storage, artifacts)
+    app = make_app(db, artifact_store(cfg.study.storage, db.engine))
     try:
         server = make_server(
             HOST, port, app, server_class=_ThreadedServer, handler_class=_QuietHandler
@@ -208,13 +150,14 @@ def serve(cfg: Config, port: int = DEFAULT_PORT) -> int:
         raise AutotuneError(f"cannot listen on {HOST}:{port}: {exc.strerror}; try --port") from None
     url = f"http://{HOST}:{server.server_port}/dashboard"
     try:
-        study_id = storage.get_study_id_from_name(cfg.study.name)
+        study_id = db.get_study_id_from_name(cfg.study.name)
         url += f"/studies/{study_id}"
     except KeyError:
         log.warning("no such study yet: showing every study", study=cfg.study.name)
     except SQLAlchemyError as exc:
         server.server_close()
-        raise AutotuneError(f"{cfg.study.storage} is not an Optuna study database: {exc}") from None
+        where = storage.redact(cfg.study.storage)
+        raise AutotuneError(f"{where} is not an Optuna study database: {exc}") from None
     print(f"optuna-dashboard for study {cfg.study.name!r}: {url}", flush=True)
     print("Ctrl-C stops it.", flush=True)
     try:

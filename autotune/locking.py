@@ -1,39 +1,27 @@
-"""One daemon per study: an exclusive lock that names its holder.
+"""One worker per local server: an exclusive lock on a file that names its holder.
 
-The lock is a `flock` on a file derived from the storage URL and the study
-name (beside a SQLite database, else under ~/.cache/autotune). The kernel
-drops it when the holder dies, so a killed daemon never leaves a stale lock.
+A `flock` the kernel drops when the holder dies, so a killed worker never
+leaves a stale lock. (Workers of one study are welcome; two on one server are
+not. A systemd host has its own lock: deploy/lock.py.)
 """
 
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 import socket
 import time
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urlparse
 
 from autotune.errors import AutotuneError
 
 
-def lock_path(storage_url: str, study: str) -> Path:
-    parsed = urlparse(storage_url)
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in study)
-    if parsed.scheme.startswith("sqlite") and parsed.path not in ("", "/", "/:memory:"):
-        db = Path(parsed.path[1:]) if storage_url.startswith("sqlite:///") else Path(parsed.path)
-        return db.parent / f".{db.name}.{safe}.lock"
-    digest = hashlib.sha256(f"{storage_url}\0{study}".encode()).hexdigest()[:16]
-    return Path.home() / ".cache" / "autotune" / f"{safe}-{digest}.lock"
-
-
-class StudyLock:
-    def __init__(self, storage_url: str, study: str) -> None:
-        self.path = lock_path(storage_url, study)
-        self.study = study
+class ProcessLock:
+    def __init__(self, path: Path, what: str) -> None:
+        self.path = path
+        self.what = what
         self._file: IO[str] | None = None
 
     def acquire(self) -> None:
@@ -46,7 +34,8 @@ class StudyLock:
             holder = _describe(f.read())
             f.close()
             raise AutotuneError(
-                f"study {self.study!r} is already being run by {holder} (lock {self.path})"
+                f"{self.what} is already driven by {holder} (lock {self.path}): "
+                "one worker per server"
             ) from None
         f.seek(0)
         f.truncate()
@@ -60,7 +49,7 @@ class StudyLock:
             self._file.close()
             self._file = None
 
-    def __enter__(self) -> StudyLock:
+    def __enter__(self) -> ProcessLock:
         self.acquire()
         return self
 

@@ -6,10 +6,12 @@ Knows nothing about HTTP, SSH or processes: it turns proposals into configs
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +19,10 @@ from typing import Any
 import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.exc import SQLAlchemyError
 
-from autotune import gp, objective
+from autotune import gp, objective, storage
 from autotune.config import Config
-from autotune.dashboard import keyed_constraints, write_legacy_constraints
+from autotune.constraints_form import keyed_constraints, write_legacy_constraints
 from autotune.errors import AutotuneError
 from autotune.log import get
 from autotune.space import SearchSpace
@@ -59,36 +60,6 @@ _PER_LEVEL = (
 )
 
 
-def storage_for(url: str) -> RDBStorage:
-    """An RDB storage that waits for a lock instead of failing (the dashboard may be reading)."""
-    engine_kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite"):
-        engine_kwargs["connect_args"] = {"timeout": 30}
-    try:
-        storage = RDBStorage(
-            url, engine_kwargs=engine_kwargs, heartbeat_interval=60, grace_period=300
-        )
-    except Exception as exc:
-        raise AutotuneError(f"cannot open storage {url}: {exc}") from None
-    if url.startswith("sqlite"):
-        _use_wal(storage)
-    return storage
-
-
-def _use_wal(storage: RDBStorage) -> None:
-    """Switch a SQLite study DB to write-ahead logging, once: the mode is kept in the file.
-
-    In the default rollback-journal mode a reader (optuna-dashboard polling every
-    few seconds, `autotune status`) blocks the daemon's commit until it finishes;
-    in WAL mode readers and the writer never wait for each other.
-    """
-    try:
-        with storage.engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-    except SQLAlchemyError as exc:  # e.g. a read-only file: the busy timeout still applies
-        log.warning("study DB stays in rollback-journal mode", error=str(exc))
-
-
 #: Random proposals before the model takes over, when study.startup_trials is not given.
 #: The GP needs only two points besides the baseline; TPE's densities need more.
 DEFAULT_STARTUP = {"gp": 2, "tpe": 6, "optuna-gp": 6}
@@ -120,26 +91,34 @@ def make_sampler(cfg: Config) -> optuna.samplers.BaseSampler:
                 "install it with: pip install 'autotune[optuna-gp]'"
             ) from None
         return optuna.samplers.GPSampler(seed=s.seed, n_startup_trials=startup)
-    # One process proposes one trial at a time, so constant liar has nothing to do.
+    # Constant liar: a proposal made while other workers measure counts their configs as
+    # bad results, so simultaneous proposals spread out instead of piling on one region.
     return optuna.samplers.TPESampler(
-        n_startup_trials=startup, multivariate=True, seed=s.seed, constant_liar=False
+        n_startup_trials=startup, multivariate=True, seed=s.seed, constant_liar=True
     )
 
 
 def open_study(cfg: Config, *, create: bool = True) -> optuna.Study:
-    storage = storage_for(cfg.study.storage)
+    """Open the study (creating it, or joining it as one more worker); `create=False` reads."""
+    grace = cfg.study.heartbeat_grace
+    db = storage.open_storage(
+        cfg.study.storage,
+        source=cfg.source,
+        create=create,
+        heartbeat_interval=max(1, grace // 5),
+        grace_period=grace,
+    )
     names = objective.metric_names(cfg.objective, cfg.benchmark.concurrency)
     if not create:
         try:
             return optuna.load_study(
-                study_name=cfg.study.name, storage=storage, sampler=make_sampler(cfg)
+                study_name=cfg.study.name, storage=db, sampler=make_sampler(cfg)
             )
         except KeyError:
-            raise AutotuneError(
-                f"no study named {cfg.study.name!r} in {cfg.study.storage}"
-            ) from None
+            where = storage.redact(cfg.study.storage)
+            raise AutotuneError(f"no study named {cfg.study.name!r} in {where}") from None
     study = optuna.create_study(
-        storage=storage,
+        storage=db,
         study_name=cfg.study.name,
         sampler=make_sampler(cfg),
         directions=["maximize"] * len(names),
@@ -193,11 +172,13 @@ def baseline_of(space: SearchSpace, current_flags: Mapping[str, str | None]) -> 
 
 
 def enqueue_baseline_once(study: optuna.Study, baseline: Baseline) -> None:
-    if study.user_attrs.get(STUDY_BASELINE) or study.trials:
-        return
-    if baseline.params is not None:
-        study.enqueue_trial(baseline.params, user_attrs={"baseline": True})
-    study.set_user_attr(STUDY_BASELINE, True)
+    """Queue the unit's own config as the study's first trial (once, whichever worker is first)."""
+    with _proposal_lock(study):
+        if study.user_attrs.get(STUDY_BASELINE) or study.trials:
+            return
+        if baseline.params is not None:
+            study.enqueue_trial(baseline.params, user_attrs={"baseline": True})
+        study.set_user_attr(STUDY_BASELINE, True)
 
 
 def baseline_as_is_pending(study: optuna.Study, baseline: Baseline) -> bool:
@@ -209,6 +190,89 @@ def baseline_as_is_pending(study: optuna.Study, baseline: Baseline) -> bool:
         for t in study.get_trials(deepcopy=False)
         if t.state != TrialState.FAIL
     )
+
+
+# -- proposing, one worker at a time ----------------------------------------------------
+@dataclass
+class Proposal:
+    """A trial asked for and its config: RUNNING in the study, this worker's to measure."""
+
+    trial: optuna.Trial
+    params: dict[str, Any] | None  # None: the unit file as it is
+    baseline: bool
+    position: int  # the study's count, for "trial 5/30" (finished + running, this one included)
+
+
+def running_trials(study: optuna.Study) -> list[FrozenTrial]:
+    return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+
+
+def propose(
+    study: optuna.Study, cfg: Config, baseline: Baseline, *, worker: str | None = None
+) -> Proposal | None:
+    """Ask the sampler for the next config, or None when the budget is spent or reserved.
+
+    Under the study's proposal lock, so that with several workers the count of
+    finished plus running trials never passes n_trials and each proposal sees
+    every config being measured (the sampler steers away from them). Trials of
+    workers that died are failed and their configs queued again first.
+    """
+    with _proposal_lock(study):
+        recover_stale(study)
+        running = len(running_trials(study))
+        taken = finished_count(study) + running
+        if taken >= cfg.study.n_trials:
+            return None
+        as_is = baseline_as_is_pending(study, baseline)
+        with warnings.catch_warnings():
+            # autotune beats itself (`Heartbeat`): Optuna warns because it is not its loop.
+            warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used")
+            trial = study.ask()
+        trial.set_user_attr("owner", owner(worker))
+        trial.set_user_attr("started_at", time.time())
+        if as_is:
+            params = None
+            trial.set_user_attr("baseline", True)
+        else:
+            params = cfg.space.decode(cfg.space.suggest(trial))
+            trial.set_user_attr("config", params)
+        return Proposal(trial, params, bool(trial.user_attrs.get("baseline")), taken + 1)
+
+
+def rdb(study: optuna.Study) -> RDBStorage | None:
+    """The study's database (Optuna wraps it in a cache); None for an in-memory study."""
+    db = getattr(study._storage, "_backend", study._storage)
+    return db if isinstance(db, RDBStorage) else None
+
+
+def engine_of(study: optuna.Study) -> Any:
+    """The SQLAlchemy engine of the study's database (None in memory): for the artifact table."""
+    db = rdb(study)
+    return db.engine if db is not None else None
+
+
+def _proposal_lock(study: optuna.Study) -> contextlib.AbstractContextManager[None]:
+    db = rdb(study)
+    if db is None:  # the benchmark's in-memory study: one process, nothing to exclude
+        return contextlib.nullcontext()
+    return storage.proposal_lock(db, study.study_name)
+
+
+def being_measured(study: optuna.Study, config: Mapping[str, Any], mine: int) -> int | None:
+    """Number of another worker's running trial with this config (as proposed or resolved)."""
+    wanted = dict(config)
+    for t in running_trials(study):
+        if t.number != mine and wanted in (
+            t.user_attrs.get("config"),
+            t.user_attrs.get("resolved"),
+        ):
+            return t.number
+    return None
+
+
+def state_of(study: optuna.Study, number: int) -> TrialState:
+    db = study._storage
+    return db.get_trial(db.get_trial_id_from_study_id_trial_number(study._study_id, number)).state
 
 
 def fail_and_requeue(
@@ -232,6 +296,44 @@ def fail_and_requeue(
         )
 
 
+# -- the end of the study: finalists measured by one worker ------------------------------
+#: Study user attribute: which worker measures this budget's finalists, and when it last said so.
+FINALISTS_CLAIM = "finalists_claim"
+
+
+def claim_finalists(study: optuna.Study, n_trials: int, worker: str | None) -> bool:
+    """True if this worker is to measure the finalists (no live worker has claimed them)."""
+    with _proposal_lock(study):
+        claim = study.user_attrs.get(FINALISTS_CLAIM) or {}
+        if claim.get("n_trials") == n_trials and not claim_gone(study, claim):
+            return bool(claim.get("owner", {}).get("pid") == os.getpid() and _same_host(claim))
+        study.set_user_attr(FINALISTS_CLAIM, _claim(n_trials, worker))
+        return True
+
+
+def renew_finalists_claim(study: optuna.Study, n_trials: int, worker: str | None) -> None:
+    study.set_user_attr(FINALISTS_CLAIM, _claim(n_trials, worker))
+
+
+def _claim(n_trials: int, worker: str | None) -> dict[str, Any]:
+    return {"n_trials": n_trials, "owner": owner(worker), "beat": time.time()}
+
+
+def _same_host(claim: Mapping[str, Any]) -> bool:
+    o = claim.get("owner") or {}
+    return o.get("host") == socket.gethostname() and o.get("boot_id") == _boot_id()
+
+
+def claim_gone(study: optuna.Study, claim: Mapping[str, Any]) -> bool:
+    """The claiming worker died: on this host by its pid, elsewhere by a silence past the grace."""
+    if _owner_gone({"owner": claim.get("owner")}):
+        return True
+    db = rdb(study)
+    grace = db.grace_period if db is not None else None
+    beat = claim.get("beat")
+    return isinstance(beat, (int, float)) and grace is not None and time.time() - beat > grace
+
+
 class Heartbeat:
     """Records the running trial's heartbeat so another host can tell it is alive.
 
@@ -239,20 +341,21 @@ class Heartbeat:
     """
 
     def __init__(self, study: optuna.Study, trial: optuna.Trial) -> None:
-        self.storage = study._storage
+        self.storage = rdb(study)
         self.trial_id = trial._trial_id
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> Heartbeat:
-        interval = getattr(self.storage, "heartbeat_interval", None)
-        if interval:
+        interval = self.storage.heartbeat_interval if self.storage is not None else None
+        if self.storage is not None and interval:
             self.storage.record_heartbeat(self.trial_id)
             self._thread = threading.Thread(target=self._beat, args=(interval,), daemon=True)
             self._thread.start()
         return self
 
     def _beat(self, interval: float) -> None:
+        assert self.storage is not None
         while not self._stop.wait(interval):
             try:
                 self.storage.record_heartbeat(self.trial_id)
@@ -266,8 +369,11 @@ class Heartbeat:
 
 
 # -- ownership, for recovering trials whose daemon died ---------------------------
-def owner() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "boot_id": _boot_id()}
+def owner(worker: str | None = None) -> dict[str, Any]:
+    who: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "boot_id": _boot_id()}
+    if worker is not None:
+        who["worker"] = worker
+    return who
 
 
 def _boot_id() -> str:
@@ -303,14 +409,22 @@ def recover_stale(study: optuna.Study) -> list[int]:
     hosts by their heartbeat (stale after the storage's grace period).
     """
     recovered = []
-    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    running = running_trials(study)
+    if not running:
+        return []
     stale_ids: set[int] = set()
-    if getattr(study._storage, "heartbeat_interval", None):
-        stale_ids = set(study._storage._get_stale_trial_ids(study._study_id))
+    db = rdb(study)
+    if db is not None and db.heartbeat_interval:
+        stale_ids = set(db._get_stale_trial_ids(study._study_id))
     for t in running:
         if not (_owner_gone(t.user_attrs) or t._trial_id in stale_ids):
             continue
         study._storage.set_trial_user_attr(t._trial_id, "failure", "daemon_died")
+        who = (t.user_attrs.get("owner") or {}).get("worker")
+        reason = "its worker stopped beating" if t._trial_id in stale_ids else "its process died"
+        study._storage.set_trial_user_attr(
+            t._trial_id, "reason", f"{reason}{f' ({who})' if who else ''}"
+        )
         study.tell(t.number, state=TrialState.FAIL)
         if not t.user_attrs.get("retry_of") and t.params:
             study.enqueue_trial(

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sample_efficiency.py [--seeds 20] [--candidates default,random,grid]
 
-Runs autotune's own study loop (`daemon.run_trials`: sampler, space encoding,
+Runs autotune's own study loop (`worker.run_trials`: sampler, space encoding,
 baseline, dedupe, constraints, infeasible handling) against the simulator's
 noise-bearing model in process, for every cell (search space x simulator
 profile x workload x objective) and seed, and writes the table to
@@ -23,9 +23,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.efficiency import metrics, report  # noqa: E402
+from bench.efficiency import metrics, parallel, report  # noqa: E402
 from bench.efficiency.candidates import CANDIDATES, CORE  # noqa: E402
 from bench.efficiency.cells import Cell, all_cells  # noqa: E402
+from bench.efficiency.parallel import RoundsTrace, run_rounds  # noqa: E402
 from bench.efficiency.run import Trace, run_one  # noqa: E402
 from bench.efficiency.simulated import SIM_NOISE  # noqa: E402
 
@@ -77,6 +78,33 @@ def run(
     return traces
 
 
+HostsJob = tuple[Cell, int, int, int, float]
+
+
+def _run_hosts(job: HostsJob) -> tuple[Cell, int, RoundsTrace]:
+    cell, seed, hosts, rounds, noise = job
+    return cell, hosts, run_rounds(cell, seed, hosts, rounds, noise)
+
+
+def run_hosts(
+    cells: list[Cell], hosts: list[int], seeds: int, rounds: int, workers: int, noise: float
+) -> dict[tuple[Cell, int], list[RoundsTrace]]:
+    jobs = [(c, seed, h, rounds, noise) for h in hosts for c in cells for seed in range(seeds)]
+    traces: dict[tuple[Cell, int], list[RoundsTrace]] = defaultdict(list)
+    if workers <= 1:
+        _quiet()
+        done = map(_run_hosts, jobs)
+    else:
+        pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_quiet)
+        done = pool.imap_unordered(_run_hosts, jobs, chunksize=4)
+    for cell, h, trace in done:
+        traces[(cell, h)].append(trace)
+    if workers > 1:
+        pool.close()
+        pool.join()
+    return traces
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seeds", type=int, default=20)
@@ -91,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--noise", type=float, default=SIM_NOISE, help="the sim's --sim-noise")
     p.add_argument("--workers", type=int, default=multiprocessing.cpu_count())
+    p.add_argument(
+        "--hosts",
+        default="1,2,4",
+        help="host counts for the several-hosts table, comma-separated ('' skips it)",
+    )
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "sample_efficiency.md"))
     args = p.parse_args(argv)
     names = list(CANDIDATES) if args.candidates == "all" else args.candidates.split(",")
@@ -101,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("optuna-gp needs PyTorch: pip install 'autotune[optuna-gp]'")
     if args.seeds < 1 or args.budget < 1:
         p.error(f"--seeds and --budget must be at least 1, got {args.seeds} and {args.budget}")
+    try:
+        hosts = [int(h) for h in args.hosts.split(",") if h.strip()]
+    except ValueError:
+        hosts = [0]
+    if hosts and (hosts[0] != 1 or any(h < 1 for h in hosts)):
+        p.error(f"--hosts must start with 1 (the reference), got {args.hosts!r}")
     wanted = args.cells.split(",")
     cells = [c for c in all_cells() if any(w in c.label for w in wanted)]
     if not cells:
@@ -120,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         seconds=seconds,
         workers=args.workers,
     )
+    if hosts:
+        started = time.monotonic()
+        host_traces = run_hosts(cells, hosts, args.seeds, args.budget, args.workers, args.noise)
+        text += "\n" + parallel.markdown(host_traces, hosts, args.budget)
+        text += f"\n(several-hosts table: {time.monotonic() - started:.0f} s)\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(text)

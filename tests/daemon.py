@@ -14,10 +14,10 @@ from pathlib import Path
 class Daemon:
     """`autotune start` in a subprocess; its stderr is collected line by line."""
 
-    def __init__(self, *args: str, cwd: Path) -> None:
+    def __init__(self, *args: str, cwd: Path, prefix: tuple[str, ...] = ()) -> None:
         env = {**os.environ, "AUTOTUNE_LOG_FORMAT": "console"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune", "start", *args],
+            [*prefix, sys.executable, "-m", "autotune", "start", *args],
             cwd=cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

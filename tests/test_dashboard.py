@@ -46,6 +46,7 @@ from autotune.dashboard import (
     write_legacy_constraints,
 )
 from autotune.errors import AutotuneError
+from autotune.storage import open_storage as open_storage_for_writing
 from tests.e2e import REPO, free_port, status, study_dir
 
 pytestmark = pytest.mark.slow
@@ -314,7 +315,7 @@ def test_plain_optuna_dashboard_sees_feasibility_too(
 
 def test_study_db_is_in_wal_mode_so_readers_never_block_the_daemon(tmp_path: Path) -> None:
     db = tmp_path / "wal.db"
-    st.storage_for(f"sqlite:///{db}")
+    open_storage_for_writing(f"sqlite:///{db}")
     with sqlite3.connect(db) as con:
         assert con.execute("pragma journal_mode").fetchone()[0] == "wal"
     reader = sqlite3.connect(db, isolation_level=None)

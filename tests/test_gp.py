@@ -12,14 +12,14 @@ import optuna
 import pytest
 import yaml
 
-from autotune import daemon, gp, objective
+from autotune import gp, objective
 from autotune import study as st
 from autotune.config import load_config
 from autotune.gp.features import features
 from autotune.gp.model import GP
 from autotune.space import load_space, space_from_dict
 from bench.efficiency.cells import Cell, baseline_flags, landscape
-from bench.efficiency.run import in_memory_study
+from bench.efficiency.run import in_memory_study, run_to
 from bench.efficiency.simulated import SimulatedServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ def test_every_config_is_a_distinct_point_of_the_unit_cube() -> None:
 
 
 def run_study(cell: Cell, deployments: int, seed: int) -> tuple[optuna.Study, SimulatedServer]:
-    """A real study loop (daemon.run_trials, the default sampler) against the sim's model."""
+    """A real study loop (worker.run_trials, the default sampler) against the sim's model."""
     land = landscape(cell)
     cfg = land.cfg
     cfg = dataclasses.replace(cfg, study=dataclasses.replace(cfg.study, seed=seed))
@@ -65,7 +65,7 @@ def run_study(cell: Cell, deployments: int, seed: int) -> tuple[optuna.Study, Si
     total = 0
     while len(server.deployed) < deployments and total < 3 * deployments:
         total += 1
-        daemon.run_trials(cfg, study, server, baseline, total, artifacts=False)
+        run_to(cfg, study, server, baseline, total)
     return study, server
 
 

@@ -147,14 +147,15 @@ def test_sigterm_during_a_level_exits_cleanly(tmp_path: Path, host: FakeSystemdH
     assert trials[2]["params"] == trials[1]["params"] and trials[2]["state"] == "COMPLETE"
 
 
-def test_second_daemon_on_the_same_study_is_refused(tmp_path: Path, host: FakeSystemdHost) -> None:
+def test_second_worker_on_the_same_host_is_refused(tmp_path: Path, host: FakeSystemdHost) -> None:
+    # Workers of one study are welcome (tests/postgres/); two driving one host are not.
     config, _ = _systemd_study(tmp_path, host, n_trials=3)
     first = Daemon("--config", str(config), cwd=tmp_path)
     try:
         first.wait_for("trial 1/3")
         second = autotune("start", "--config", str(config), cwd=tmp_path, timeout=60)
         assert second.returncode == 1
-        assert "is already being run by pid" in second.stderr
+        assert "another autotune is deploying to this host" in second.stderr
         assert str(first.proc.pid) in second.stderr
         assert "Traceback" not in second.stderr
         first.signal(signal.SIGTERM)

@@ -138,6 +138,18 @@ def test_the_script_writes_its_table(tmp_path):
     text = out.read_text()
     assert "| mtp qwen greedy c1 | 8 (8, 2) | default |" in text
     assert "| grid |" in text
+    assert "## Several hosts on one study" in text
+    assert "| mtp qwen greedy c1 | " in text.split("## Several hosts")[1]
+
+
+def test_hosts_proposing_together_never_pick_a_config_being_measured():
+    """Four hosts per round on the full space: `run_rounds` raises if a proposal is a config
+    another host is measuring; the rounds it needs are fewer than one host's (side by side)."""
+    from bench.efficiency.parallel import run_rounds
+
+    one = [run_rounds(EAGLE_C1, seed, 1, 30).rounds for seed in SEEDS]
+    four = [run_rounds(EAGLE_C1, seed, 4, 30).rounds for seed in SEEDS]
+    assert sorted(four)[len(four) // 2] < sorted(one)[len(one) // 2], (one, four)
 
 
 @pytest.mark.parametrize(
@@ -146,6 +158,7 @@ def test_the_script_writes_its_table(tmp_path):
         (["--cells", "nomatch"], "--cells 'nomatch' matches no cell"),
         (["--seeds", "0"], "--seeds and --budget must be at least 1"),
         (["--candidates", "cmaes"], "unknown candidate(s): cmaes"),
+        (["--hosts", "2,4"], "--hosts must start with 1"),
     ],
 )
 def test_the_script_refuses_nonsense_in_one_line(argv, problem, capsys):

@@ -39,6 +39,7 @@ class GP:
     ) -> None:
         self.X, self.z, self.scale, self.ls, self.noise = X, z, scale, length_scales, noise
         extra = np.zeros(len(X)) if extra_noise is None else extra_noise
+        self.extra = extra
         K = matern(sqdist(X, X, self.ls)) + np.diag(noise + extra)
         self.L = np.linalg.cholesky(K)
         self.alpha = np.linalg.solve(self.L.T, np.linalg.solve(self.L, z))
@@ -84,6 +85,14 @@ class GP:
         best = int(np.argmax(-0.5 * np.sum(a * a, axis=1) - logdet + prior))
         ls, noise = scales[best // len(noises)], float(noises[best % len(noises)])
         return cls(X, z, (mean, std), ls, noise, extra)
+
+    def condition(self, Xn: np.ndarray, yn: np.ndarray) -> GP:
+        """The same GP (hyperparameters, scaling) with points added at values `yn` (units of y)."""
+        mean, std = self.scale
+        X = np.vstack([self.X, Xn])
+        z = np.concatenate([self.z, (np.asarray(yn) - mean) / std])
+        extra = np.concatenate([self.extra, np.zeros(len(Xn))])
+        return GP(X, z, self.scale, self.ls, self.noise, extra)
 
     def predict(self, Xp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation of the latent function, in the units of y."""

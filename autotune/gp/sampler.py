@@ -51,6 +51,8 @@ RECOMMEND_NOISE_SD = (0.01, 0.02)
 #: Spread of log throughput across a space before there is data to say: configs of one
 #: server differ by tens of percent, not by factors.
 PRIOR_LOG_SD = 0.3
+#: Random draws among which a startup proposal made beside running trials takes the farthest.
+STARTUP_DRAWS = 8
 #: Failure kinds after which a config with at least as much of every memory knob fails too.
 MEMORY_FAILURES = ("out_of_memory", "capacity")
 
@@ -81,15 +83,20 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
             return {}
         trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         done = [t for t in measured(trials) if _placeable(self._space, config_of(t))]
-        pool = self._unmeasured(done)
+        busy = [
+            config_of(t)
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            if t.number != trial.number and _placeable(self._space, config_of(t))
+        ]
+        pool = self._unmeasured(done, busy)
         if len(done) < self._n_startup and pool.size:
-            return self._space.encode(self._configs[self._random_pick(pool)])
+            return self._space.encode(self._configs[self._startup_pick(pool, busy)])
         if pool.size == 0:
             # Every config measured or ruled out: propose one measured already, which the
             # study answers from the earlier result instead of deploying a server.
             return self._space.encode(config_of(done[-1])) if done else {}
         return self._space.encode(
-            self._configs[int(pool[np.argmax(self._acquisition(done, pool))])]
+            self._configs[int(pool[np.argmax(self._acquisition(done, pool, busy))])]
         )
 
     def sample_independent(
@@ -102,6 +109,16 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
         return self._random.sample_independent(study, trial, param_name, param_distribution)
 
     # -- choosing -------------------------------------------------------------------
+    def _startup_pick(self, pool: np.ndarray, busy: Sequence[dict[str, Any]]) -> int:
+        """A random config; while other workers measure theirs, the farthest of a few random
+        draws from every config running, so that a first round of N hosts covers the space."""
+        if not busy:
+            return self._random_pick(pool)
+        taken = np.array([features(self._space, c) for c in busy])
+        draws = [self._random_pick(pool) for _ in range(STARTUP_DRAWS)]
+        gaps = [float(np.min(np.sum((taken - self._X[i]) ** 2, axis=1))) for i in draws]
+        return draws[int(np.argmax(gaps))]
+
     def _random_pick(self, pool: np.ndarray) -> int:
         """At random, knob by knob: each topk as likely as another, whatever its number of configs.
 
@@ -123,8 +140,11 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
                 return free[key]
         return int(self._rng.choice(pool))
 
-    def _unmeasured(self, done: Sequence[FrozenTrial]) -> np.ndarray:
-        seen = {self._space.key(config_of(t)) for t in done}
+    def _unmeasured(
+        self, done: Sequence[FrozenTrial], busy: Sequence[dict[str, Any]] = ()
+    ) -> np.ndarray:
+        """Configs neither measured, nor being measured by another worker, nor ruled out."""
+        seen = {self._space.key(config_of(t)) for t in done} | {self._space.key(c) for c in busy}
         free = np.array([k not in seen for k in self._keys])
         if self._memory.shape[1]:
             for t in done:
@@ -133,11 +153,19 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
                     free &= ~np.all(self._memory >= ran_out, axis=1)
         return np.flatnonzero(free)
 
-    def _acquisition(self, done: Sequence[FrozenTrial], pool: np.ndarray) -> np.ndarray:
+    def _acquisition(
+        self,
+        done: Sequence[FrozenTrial],
+        pool: np.ndarray,
+        busy: Sequence[dict[str, Any]] = (),
+    ) -> np.ndarray:
         """Expected improvement of log throughput times the chance that every constraint holds.
 
         One score per config in `pool`; before anything was benchmarked,
-        feasibility alone decides.
+        feasibility alone decides. Configs other workers are measuring (`busy`)
+        count as measured at the model's own prediction ("kriging believer"):
+        their neighbourhood loses the uncertainty their result will remove, so
+        simultaneous proposals spread out instead of crowding one region.
         """
         constraints = {t.number: t.constraints for t in done}  # a property that parses attrs
         up = [t for t in done if constraints[t.number].get(SERVER_UP, 0.0) <= 0]
@@ -149,8 +177,13 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
             model = GP.fit(
                 X, y, prior_sd=PRIOR_LOG_SD, noise_sd=NOISE_SD, point_sd=point_sd(scored)
             )
+            incumbent = float(np.max(model.predict(X)[0]))
+            if busy:
+                Xb = np.array([features(self._space, c) for c in busy])
+                believed, _ = model.predict(Xb)
+                model = model.condition(Xb, believed)
             mu, sd = model.predict(Xp)
-            acq = expected_improvement(mu, sd, float(np.max(model.predict(X)[0])))
+            acq = expected_improvement(mu, sd, incumbent)
         else:
             acq = np.ones(len(pool))
         for key in sorted({k for c in constraints.values() for k in c}):

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import study as st
 from autotune.config import Config
+from autotune.storage import redact
 
 #: Study user attribute where the closing re-measurement of the top configs is kept.
 FINALISTS = "finalists"
@@ -130,7 +131,7 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
     rows = [trial_row(t) for t in finished]
     return StudyData(
         name=study.study_name,
-        storage=cfg.study.storage,
+        storage=redact(cfg.study.storage),
         metric_names=list(
             study.metric_names or [f"value {i}" for i in range(len(study.directions))]
         ),

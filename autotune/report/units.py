@@ -14,13 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta
+from optuna.artifacts import get_all_artifact_meta
 from optuna.artifacts.exceptions import ArtifactNotFound
 
-from autotune.artifacts import artifact_dir
+from autotune.artifacts import artifact_store
 from autotune.config import Config
 from autotune.errors import AutotuneError
 from autotune.report.data import StudyData, TrialRow
+from autotune.storage import DATABASE_ERRORS
 
 UNIT_SUFFIX = "-unit.service"
 
@@ -42,8 +43,7 @@ class TrialFiles:
     def __init__(self, study: optuna.Study, storage_url: str) -> None:
         self.storage = study._storage
         self.trials = {t.number: t for t in study.get_trials(deepcopy=False)}
-        base = artifact_dir(storage_url)
-        self.store = FileSystemArtifactStore(str(base)) if base.is_dir() else None
+        self.store = artifact_store(storage_url, getattr(self.storage, "engine", None))
 
     def text(self, number: int, suffix: str) -> str | None:
         trial = self.trials.get(number)
@@ -54,7 +54,7 @@ class TrialFiles:
                 try:
                     with self.store.open_reader(meta.artifact_id) as f:
                         return f.read().decode("utf-8", errors="replace")
-                except (ArtifactNotFound, OSError):
+                except (ArtifactNotFound, OSError, *DATABASE_ERRORS):
                     return None
         return None
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from autotune import daemon, finalists, objective
+from autotune import finalists, objective, worker
 from autotune import study as st
 from autotune.config import Config
 
@@ -51,6 +51,14 @@ def in_memory_study(cfg: Config, sampler: optuna.samplers.BaseSampler) -> optuna
     return study
 
 
+def run_to(
+    cfg: Config, study: optuna.Study, measure: worker.Measure, baseline: st.Baseline, total: int
+) -> worker.Tally:
+    """autotune's own worker loop, until the study holds `total` finished trials."""
+    budget = dataclasses.replace(cfg.study, n_trials=total)
+    return worker.run_trials(dataclasses.replace(cfg, study=budget), study, measure, baseline)
+
+
 def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = SIM_NOISE) -> Trace:
     land = landscape(cell)
     cand = CANDIDATES[candidate]
@@ -75,7 +83,7 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
             break
         trials += 1
         before = len(server.deployed)
-        daemon.run_trials(cfg, study, server, baseline, trials, artifacts=False)
+        run_to(cfg, study, server, baseline, trials)
         if len(server.deployed) == before:
             continue  # answered from an earlier trial: nothing deployed, nothing spent
         config = server.deployed[-1]

@@ -1,0 +1,274 @@
+"""What a worker does: propose a config, measure it on its host, record it, until the budget ends.
+
+A study may have several workers, one per host, each an `autotune start`
+(or one of the processes a `workers:` config starts). They share nothing but
+the study's database: a proposal is made under the study's proposal lock
+(`study.propose`), so the total never passes `n_trials` and the sampler sees
+every config being measured; a worker whose host or process dies has its
+running trial failed and its config queued again by whichever worker proposes
+next. Per trial, `Worker.trial` is the whole story:
+
+    proposal -> measured already?   -> reuse that result (nothing deployed)
+             -> being measured now? -> wait for it, then reuse it
+             -> measure (deploy, benchmark) with a heartbeat -> store files -> record
+
+A trial cut short by a stop or a failure that is not the config's fault
+(SSH, the database) is recorded FAIL and its config queued again: it neither
+counts against the budget nor teaches the sampler anything.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import optuna
+from optuna.artifacts._protocol import ArtifactStore
+from optuna.trial import TrialState
+
+from autotune import study as st
+from autotune.artifacts import upload_trial
+from autotune.config import Config
+from autotune.errors import DeployError, StudyStopped
+from autotune.log import get
+from autotune.stopping import StopRequest, TrialInterrupted
+from autotune.storage import DATABASE_ERRORS, wait_for_database
+from autotune.trial import FindMeasured, TrialResult
+
+log = get("autotune")
+
+#: Measures one config (None: the unit as it is); the trial pipeline in production,
+#: the simulator's model in the sample-efficiency benchmark.
+Measure = Callable[[dict[str, Any] | None, FindMeasured], TrialResult]
+
+#: How often a worker with nothing to propose looks again (others' trials are running).
+POLL_S = 2.0
+
+T = TypeVar("T")
+
+
+@dataclass
+class Tally:
+    ran: int = 0
+    deployed: int = 0
+    reused: int = 0
+
+    def add(self, outcome: str) -> None:
+        self.ran += 1
+        self.deployed += outcome not in ("reused-before-deploy", "reused-while-running")
+        self.reused += outcome.startswith("reused")
+
+
+class Worker:
+    def __init__(
+        self,
+        cfg: Config,
+        study: optuna.Study,
+        measure: Measure,
+        baseline: st.Baseline,
+        *,
+        stop: StopRequest | None = None,
+        artifacts: ArtifactStore | None = None,
+        on_infra_error: Callable[[DeployError], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.study = study
+        self.measure = measure
+        self.baseline = baseline
+        self.stop = stop or StopRequest()
+        self.artifacts = artifacts
+        self.on_infra_error = on_infra_error
+        self.name = cfg.worker
+
+    # -- the loop ---------------------------------------------------------------------
+    def run(self) -> Tally:
+        """Trials until the study holds n_trials finished ones (or a stop is requested)."""
+        tally = Tally()
+        waiting_said = False
+        while not self.stop.requested:
+            proposal = self.db(self.propose)
+            if proposal is None:
+                if self.db(lambda: st.remaining_budget(self.study, self.cfg.study.n_trials)) == 0:
+                    break
+                if not waiting_said:
+                    log.info("the rest of the budget is being measured by other workers: waiting")
+                    waiting_said = True
+                time.sleep(POLL_S)  # one of them may fail and free its place
+                continue
+            waiting_said = False
+            try:
+                outcome = self.trial(proposal)
+            except DeployError as err:
+                if self.on_infra_error is None:
+                    raise
+                self.on_infra_error(err)
+                continue
+            if outcome == "interrupted":
+                break
+            tally.add(outcome)
+        return tally
+
+    def propose(self) -> st.Proposal | None:
+        return st.propose(self.study, self.cfg, self.baseline, worker=self.name)
+
+    # -- one trial ----------------------------------------------------------------------
+    def trial(self, p: st.Proposal) -> str:
+        """From a proposal to a result in the study; returns what happened to it."""
+        trial, params = p.trial, p.params
+        log.info(
+            f"trial {p.position}/{self.cfg.study.n_trials}",
+            trial=trial.number,
+            config=params if params is not None else "unit file as is",
+            **({"baseline": True} if p.baseline else {}),
+        )
+        if params is not None:
+            earlier = self.db(lambda: self._measured_or_measuring(params, trial.number))
+            if earlier is not None:
+                frozen = self.db(lambda: st.record_reuse(self.study, trial, earlier[0]))
+                log.info(
+                    "same config as an earlier trial: result reused",
+                    trial=trial.number,
+                    reused_from=earlier[0],
+                    value=_fmt(frozen.values),
+                )
+                return earlier[1]
+        try:
+            with st.Heartbeat(self.study, trial):
+                result = self.measure(params, lambda c: st.find_measured(self.study, c))
+        except TrialInterrupted as stopped:
+            self._fail(trial, "interrupted", str(stopped))
+            log.warning(
+                "trial interrupted: not recorded, its config is queued again", trial=trial.number
+            )
+            return "interrupted"
+        except DeployError as err:
+            self._fail(trial, "infrastructure", str(err))
+            raise
+        except KeyboardInterrupt:
+            self._fail(trial, "interrupted", "aborted")
+            raise
+        except StudyStopped as stopped:
+            # No config can avoid it: the study ends with one line; the config runs once fixed.
+            self._fail(trial, "study_stopped", str(stopped))
+            raise
+        except Exception as exc:
+            self._fail(trial, "internal_error", repr(exc))
+            raise
+        if result.reused_from is not None:
+            result.attrs.pop("feasible", None)
+            for key, value in result.attrs.items():
+                self.db(lambda k=key, v=value: trial.set_user_attr(k, v))
+            self.db(lambda: st.record_reuse(self.study, trial, result.reused_from or 0))
+            log.info(
+                "server resolved it to an earlier trial's config: result reused",
+                trial=trial.number,
+                reused_from=result.reused_from,
+            )
+            return "reused-after-deploy"
+        upload_trial(
+            self.artifacts,
+            trial,
+            unit_text=result.unit_text,
+            server_log=result.server_log,
+            result={"config": params, **result.attrs},
+        )
+        frozen = self.db(lambda: self._record(trial, result))
+        if frozen is None:
+            return "measured"
+        self.db(lambda: st.update_model_best(self.study, self.cfg.space))
+        log.info(
+            "trial done",
+            trial=trial.number,
+            value=_fmt(frozen.values),
+            feasible=result.score.feasible,
+            **({"failure": result.attrs["failure"]} if "failure" in result.attrs else {}),
+        )
+        return "measured"
+
+    def _measured_or_measuring(self, params: dict[str, Any], mine: int) -> tuple[int, str] | None:
+        """An earlier result for this config: finished, or (after waiting) another worker's.
+
+        The GP never proposes a config being measured; TPE and random can. Waiting
+        for the other worker's result costs this host the rest of that trial,
+        where deploying the same config twice would cost a whole trial and count it twice.
+        """
+        earlier = st.find_measured(self.study, params)
+        if earlier is not None:
+            return earlier, "reused-before-deploy"
+        other = st.being_measured(self.study, params, mine)
+        if other is None:
+            return None
+        log.info("the same config is being measured by another worker: waiting for it", trial=other)
+        while not self.stop.requested:
+            if st.state_of(self.study, other) != TrialState.RUNNING:
+                break
+            time.sleep(POLL_S)
+        earlier = st.find_measured(self.study, params)
+        return (earlier, "reused-while-running") if earlier is not None else None
+
+    def _record(self, trial: optuna.Trial, result: TrialResult) -> optuna.trial.FrozenTrial | None:
+        """Record the measurement; None if another worker already failed this trial."""
+        current = self.study._storage.get_trial(trial._trial_id)
+        if current.state != TrialState.RUNNING:
+            if current.state == TrialState.COMPLETE:
+                return current  # recorded before the database dropped our answer
+            log.error(
+                "this trial was failed by another worker while the database was away; "
+                "its config was queued again and will be measured once more",
+                trial=trial.number,
+            )
+            return None
+        return st.record(self.study, trial, result.score, result.attrs)
+
+    def _fail(self, trial: optuna.Trial, failure: str, reason: str) -> None:
+        def fail() -> None:
+            if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+                st.fail_and_requeue(self.study, trial, failure=failure, reason=reason)
+
+        self.db(fail)
+
+    # -- the database going away --------------------------------------------------------
+    def db(self, action: Callable[[], T]) -> T:
+        """Run a study read or write; a database that went away is waited out, then retried."""
+        while True:
+            try:
+                return action()
+            except DATABASE_ERRORS as err:
+                db = st.rdb(self.study)
+                if db is None:
+                    raise
+                wait_for_database(
+                    db,
+                    err,
+                    timeout=self.cfg.target.infra_timeout,
+                    stopping=lambda: self.stop.requested,
+                )
+
+
+def run_trials(
+    cfg: Config,
+    study: optuna.Study,
+    measure: Measure,
+    baseline: st.Baseline,
+    *,
+    artifacts: ArtifactStore | None = None,
+    stop: StopRequest | None = None,
+    on_infra_error: Callable[[DeployError], None] | None = None,
+) -> Tally:
+    """One worker's trials until the study holds `cfg.study.n_trials` finished trials."""
+    worker = Worker(
+        cfg,
+        study,
+        measure,
+        baseline,
+        stop=stop,
+        artifacts=artifacts,
+        on_infra_error=on_infra_error,
+    )
+    return worker.run()
+
+
+def _fmt(values: list[float] | None) -> str:
+    return ", ".join(f"{v:.1f}" for v in values or [])
