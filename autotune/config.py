@@ -331,7 +331,7 @@ def _workers(top: _Section, base_dir: Path) -> tuple[WorkerConfig, ...]:
             raise ConfigError(
                 top.file,
                 "workers",
-                f"{w.name} and {seen[where]} drive the same server ({w.target.base_url} on "
+                f"{seen[where]} and {w.name} drive the same server ({w.target.base_url} on "
                 f"{where[0]}): one worker per host",
             )
         seen[where] = w.name

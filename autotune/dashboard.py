@@ -38,6 +38,7 @@ from optuna.trial import FrozenTrial
 from sqlalchemy.exc import SQLAlchemyError
 
 from autotune import storage
+from autotune import study as st
 from autotune.artifacts import artifact_store
 from autotune.constraints_form import (  # noqa: F401 - the public surface of this module
     LEGACY_KEY,
@@ -87,7 +88,7 @@ class TruthPlugin:
     def correct(self, study_id: int, body: dict[str, Any]) -> None:
         from optuna_dashboard._serializer import serialize_frozen_trial
 
-        from autotune import study as st  # the dashboard reads the study; never the reverse
+
 
         try:
             name = self.storage.get_study_name_from_id(study_id)

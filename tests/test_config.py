@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -114,6 +116,22 @@ BAD_INPUT = [
     ),
     ("study.on_finish", "sometimes", "study.on_finish: must be one of apply-best, restore"),
     ("target", ["a"], "target: must be a mapping, got list"),
+    ("study.storage", "mysql://db/x", "study.storage: must be a URL like sqlite:///autotune.db or"),
+    ("study.heartbeat_grace", 1, "study.heartbeat_grace: must be at least 5"),
+    ("workers", [], "workers: must be a non-empty list of target overrides"),
+    ("workers", ["gpu1"], "workers[0]: must be a mapping of target keys, got str"),
+    ("workers", [{"colour": "red"}], "workers[0].colour: unknown key"),
+    ("workers", [{"name": "a b"}], "workers[0].name: must be a short name, got 'a b'"),
+    (
+        "workers",
+        [{"name": "a"}, {"name": "b"}],
+        "workers: a and b drive the same server (http://127.0.0.1:30000 on localhost)",
+    ),
+    (
+        "workers",
+        [{"name": "a", "base_url": "http://127.0.0.1:1"}, {"name": "a"}],
+        "workers[1].name: 'a' is used twice",
+    ),
 ]
 
 
@@ -276,3 +294,58 @@ def test_stop_at_the_end_is_refused_for_a_gpu_host(
     code, err = _validate(_write(tmp_path, data), capsys)
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "study.on_finish: stop applies to deploy: local-process only" in err
+
+
+def test_workers_lay_their_keys_over_the_target(tmp_path: Path) -> None:
+    data = _base()
+    data["target"]["ready_timeout"] = 60
+    data["workers"] = [
+        {"name": "one", "base_url": "http://127.0.0.1:30001"},
+        {"name": "two", "base_url": "http://127.0.0.1:30002", "ready_timeout": 5},
+    ]
+    cfg = load_config(_write(tmp_path, data))
+    assert [w.name for w in cfg.workers] == ["one", "two"]
+    two = cfg.for_worker("two")
+    assert two.worker == "two" and two.target.base_url == "http://127.0.0.1:30002"
+    assert two.target.ready_timeout == 5 and cfg.for_worker("one").target.ready_timeout == 60
+
+
+def test_several_ssh_hosts_on_one_sqlite_file_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _base()
+    data["target"] = {"deploy": "ssh", "unit": "sglang.service"}
+    data["workers"] = [{"ssh": {"host": "gpu1"}}, {"ssh": {"host": "gpu2"}}]
+    code, err = _validate(_write(tmp_path, data), capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "study.storage: workers on several hosts need a database they all reach" in err
+
+
+def test_an_unknown_worker_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = _base()
+    data["workers"] = [{"name": "one"}]
+    code = cli.main(["validate", "--config", str(_write(tmp_path, data)), "--worker", "nine"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "workers: no worker named 'nine' (workers: one)" in err
+
+
+def test_a_password_in_the_storage_url_is_never_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _set(_base(), "study.storage", "oracle://tuner:hunter2@db/x")
+    code, err = _validate(_write(tmp_path, data), capsys)
+    assert code == 2 and "hunter2" not in err and "***" in err, err
+    cfg = load_config(_write(tmp_path, _set(_base(), "study.storage", "sqlite:///t.db")))
+    pg = dataclasses.replace(
+        cfg, study=dataclasses.replace(cfg.study, storage="postgresql://tuner:hunter2@db/x")
+    )
+    assert "hunter2" not in json.dumps(pg.summary())
+
+
+def test_several_hosts_example_loads() -> None:
+    cfg = load_config(REPO / "examples" / "several-hosts.yaml")
+    assert [w.name for w in cfg.workers] == ["gpu1", "gpu2", "gpu3"]
+    gpu2 = cfg.for_worker("gpu2").target
+    assert gpu2.ssh == {"user": "tuner", "key_file": "~/.ssh/autotune_ed25519", "host": "gpu2"}
+    assert "${TUNER_DB_PASSWORD}" in cfg.study.storage  # taken from the environment when opened

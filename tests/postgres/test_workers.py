@@ -288,3 +288,38 @@ def test_the_url_may_take_its_password_from_any_variable(
     assert PASSWORD not in json.dumps(study.user_attrs)
     assert "autotune:***@" in json.dumps(study.user_attrs)
     assert os.environ.get("PGPASSWORD") is None
+
+
+def test_a_host_that_goes_down_takes_only_its_own_worker_out(
+    tmp_path: Path, hosts: list[SimHost], pg_url: str, pg_env: dict[str, str]
+) -> None:
+    """gpu1's systemctl disappears mid-study: its worker waits target.infra_timeout, gives up
+    with one line; its interrupted config is measured by gpu2, which finishes the budget."""
+    n_trials = 5
+    config = workers_config(tmp_path / "autotune.yaml", pg_url, hosts[:2], n_trials=n_trials)
+    text = config.read_text().replace("infra_timeout: 120", "infra_timeout: 6")
+    config.write_text(text)
+    down = Daemon("--config", str(config), "--worker", "gpu1", cwd=tmp_path)
+    up: Daemon | None = None
+    systemctl = Path(hosts[0].systemd.systemctl)
+    try:
+        down.wait_for("trial 1/5", "benchmarking", timeout=120)
+        up = Daemon("--config", str(config), "--worker", "gpu2", cwd=tmp_path)
+        systemctl.rename(systemctl.with_name("systemctl.gone"))  # the host stops answering
+        assert down.wait(timeout=200) == 1, down.log[-3000:]
+        assert up.wait(timeout=300) == 0, up.log[-3000:]
+    finally:
+        down.kill()
+        if up is not None:
+            up.kill()
+        if not systemctl.exists():
+            systemctl.with_name("systemctl.gone").rename(systemctl)  # so cleanup can stop it
+    errors = [line for line in down.log.splitlines() if line.startswith("autotune: error")]
+    assert len(errors) == 1 and "unreachable for 6 s" in errors[0], down.log[-3000:]
+    assert "Traceback" not in down.log
+    trials = status(config)["trials"]
+    _assert_exact_and_no_twice(trials, n_trials)
+    failed = [t for t in trials if t["state"] == "FAIL"]
+    assert failed and all(t["failure"] == "infrastructure" for t in failed), failed
+    for t in failed:  # each config the host could not run was measured by the other
+        assert [m for m in _measured(trials) if m["params"] == t["params"]], t
