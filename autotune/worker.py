@@ -156,15 +156,16 @@ class Worker:
         except Exception as exc:
             self._fail(trial, "internal_error", repr(exc))
             raise
-        if result.reused_from is not None:
+        source = result.reused_from
+        if source is not None:
             result.attrs.pop("feasible", None)
             for key, value in result.attrs.items():
                 self.db(lambda k=key, v=value: trial.set_user_attr(k, v))
-            self.db(lambda: st.record_reuse(self.study, trial, result.reused_from or 0))
+            self.db(lambda: st.record_reuse(self.study, trial, source))
             log.info(
                 "server resolved it to an earlier trial's config: result reused",
                 trial=trial.number,
-                reused_from=result.reused_from,
+                reused_from=source,
             )
             return "reused-after-deploy"
         upload_trial(

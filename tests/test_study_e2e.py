@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests.daemon import Daemon
 from tests.e2e import autotune, status, study_dir
 
 pytestmark = pytest.mark.slow
@@ -170,3 +172,21 @@ def test_a_level_that_misses_its_confidence_target_is_measured_again_and_marked(
         for level in t.user_attrs.get("levels", []):
             assert len(level["attempt_throughputs"]) == 2
             assert level["ci_target_met"] is False
+
+
+def test_a_second_worker_on_the_same_local_server_is_refused(tmp_path: Path) -> None:
+    """Workers of one study are welcome; two driving one local-process server are not."""
+    config = study_dir(tmp_path, n_trials=3, sim_flags="--sim-load-time 1")
+    first = Daemon("--config", str(config), cwd=tmp_path)
+    try:
+        first.wait_for("trial 1/3")
+        second = autotune("start", "--config", str(config), cwd=tmp_path, timeout=60)
+        assert second.returncode == 1, second.stderr
+        assert "is already driven by pid" in second.stderr
+        assert "one worker per server" in second.stderr
+        assert str(first.proc.pid) in second.stderr
+        assert "Traceback" not in second.stderr
+        first.signal(signal.SIGTERM)
+        assert first.wait(timeout=120) == 0
+    finally:
+        first.kill()
