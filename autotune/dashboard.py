@@ -88,8 +88,6 @@ class TruthPlugin:
     def correct(self, study_id: int, body: dict[str, Any]) -> None:
         from optuna_dashboard._serializer import serialize_frozen_trial
 
-
-
         try:
             name = self.storage.get_study_name_from_id(study_id)
             study = optuna.Study(study_name=name, storage=self.storage)

@@ -80,8 +80,17 @@ class PostgresServer:
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
             "-c max_connections=100"
         )
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options,
-                  "-w", "start")
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-o",
+            options,
+            "-w",
+            "start",
+        )
 
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
@@ -95,7 +104,11 @@ class PostgresServer:
         import psycopg
 
         with psycopg.connect(
-            host="127.0.0.1", port=self.port, user=USER, password=PASSWORD, dbname="postgres",
+            host="127.0.0.1",
+            port=self.port,
+            user=USER,
+            password=PASSWORD,
+            dbname="postgres",
             autocommit=True,
         ) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
