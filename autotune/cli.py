@@ -36,20 +36,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except AutotuneError as exc:
-        print(f"autotune: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _fail(f"autotune: error: {exc}", exc.exit_code)
     except KeyboardInterrupt:
-        print("autotune: interrupted", file=sys.stderr)
-        return 130
+        return _fail("autotune: interrupted", 130)
     except Exception as exc:
         if args.verbose:
             raise
-        print(
+        return _fail(
             f"autotune: internal error: {type(exc).__name__}: {exc} "
             "(run with -v for the traceback, and please report it)",
-            file=sys.stderr,
+            1,
         )
-        return 1
+
+
+def _fail(line: str, code: int) -> int:
+    """The one line an error gets: plain on a terminal, a JSON line for journald."""
+    from autotune import log
+
+    if log.is_json():
+        log.get("autotune").error(line, exit_code=code)
+    else:
+        print(line, file=sys.stderr)
+    return code
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -140,7 +148,11 @@ def _load(args: argparse.Namespace) -> Any:
     cfg = load_config(args.config)
     study = cfg.study
     if getattr(args, "storage", None):
-        study = replace(study, storage=args.storage)
+        from pathlib import Path
+
+        from autotune.config import absolute_sqlite
+
+        study = replace(study, storage=absolute_sqlite(args.storage, Path.cwd()))
     if getattr(args, "study", None):
         study = replace(study, name=args.study)
     if getattr(args, "n_trials", None) is not None:
@@ -292,29 +304,24 @@ def _best(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from autotune import validate
+
+    worst = 0
     for cfg in _each_worker(_load(args)):
-        _validate_one(cfg)
-    return 0
-
-
-def _validate_one(cfg: Any) -> None:
-    from autotune import daemon
-
-    daemon.api_key(cfg)
-    if cfg.target.deploy == "local-process":
-        daemon.check_unit(cfg, cfg.target.unit_file.read_text())
-        deployer = daemon.make_deployer(cfg)
-        try:
-            daemon.check_flags(cfg, deployer, deployer.original_unit())
-        finally:
-            deployer.close()
-    else:
-        daemon.check_target(cfg)
-    who = f"worker {cfg.worker}: " if cfg.worker else ""
-    print(
-        f"{cfg.source}: {who}ok ({cfg.space_source}: {cfg.space.size()} configs; "
-        f"unit {cfg.target.unit}; deploy {cfg.target.deploy})"
-    )
+        who = f"worker {cfg.worker}: " if cfg.worker else ""
+        findings = validate.run(cfg)
+        for f in findings:
+            if f.ok:
+                print(f"ok  {who}{f.check}: {f.text}")
+            else:
+                worst = 2
+                _fail(f"autotune: error: {who}{f.text}", 2)
+        if all(f.ok for f in findings):
+            print(
+                f"{cfg.source}: {who}ok ({cfg.space_source}: {cfg.space.size()} configs; "
+                f"unit {cfg.target.unit}; deploy {cfg.target.deploy})"
+            )
+    return worst
 
 
 def _apply(args: argparse.Namespace) -> int:

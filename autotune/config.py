@@ -237,10 +237,16 @@ def _show(v: Any) -> str:
 
 # -- loading ------------------------------------------------------------------
 def load_config(path: str | Path | None = None) -> Config:
-    """Load `path`, or ./autotune.yaml, or the built-in demo."""
+    """Load `path`, or ./autotune.yaml, or the built-in demo (whose study lives in the
+    working directory: the demo's own folder may not be writable)."""
+    storage_dir: Path | None = None
     if path is None:
         local = Path("autotune.yaml")
-        path = local if local.exists() else resources.demo_config()
+        if local.exists():
+            path = local
+        else:
+            path = resources.demo_config()
+            storage_dir = Path.cwd()
     path = Path(path)
     try:
         text = path.read_text()
@@ -255,14 +261,16 @@ def load_config(path: str | Path | None = None) -> Config:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or "syntax error"
         raise ConfigError(str(path), None, f"not valid YAML: {problem}{where}") from None
-    return config_from_dict(data, str(path), path.resolve().parent)
+    return config_from_dict(data, str(path), path.resolve().parent, storage_dir=storage_dir)
 
 
-def config_from_dict(data: Any, file: str, base_dir: Path) -> Config:
+def config_from_dict(
+    data: Any, file: str, base_dir: Path, *, storage_dir: Path | None = None
+) -> Config:
     top = _Section(file, "", data)
     workers = _workers(top, base_dir)
     target = workers[0].target if workers else _target(top.section("target"), base_dir)
-    study = _study(top.section("study"), target.deploy)
+    study = _study(top.section("study"), target.deploy, storage_dir or base_dir)
     space, space_source = _space(top, base_dir)
     benchmark = _benchmark(top.section("benchmark"), base_dir)
     objective = _objective(top.section("objective"), benchmark)
@@ -289,6 +297,22 @@ def config_from_dict(data: Any, file: str, base_dir: Path) -> Config:
                 "postgresql+psycopg://... (a SQLite file lives on one machine)",
             )
     return Config(file, study, target, space, space_source, benchmark, objective, workers)
+
+
+def absolute_sqlite(url: str, base_dir: Path) -> str:
+    """A relative SQLite path (`sqlite:///autotune.db`) made relative to `base_dir`.
+
+    In the file it is relative to the file's folder, as every path of a config is; on
+    the command line (`--storage`), to the working directory. Any other URL is unchanged.
+    """
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url[len(prefix) :].startswith(("/", ":memory:")):
+        return url
+    rest = url[len(prefix) :]
+    if not rest:
+        return url
+    path, sep, query = rest.partition("?")
+    return f"{prefix}{(base_dir / os.path.expanduser(path)).resolve()}{sep}{query}"
 
 
 def _host_of(t: TargetConfig) -> str:
@@ -364,9 +388,9 @@ def _check_sampler(
         raise ConfigError(file, "study.sampler", problem)
 
 
-def _study(s: _Section, deploy: str) -> StudyConfig:
+def _study(s: _Section, deploy: str, base_dir: Path) -> StudyConfig:
     d = StudyConfig()
-    storage = s.str("storage", d.storage)
+    storage = absolute_sqlite(s.str("storage", d.storage), base_dir)
     if storage_scheme(storage) not in ("sqlite", "postgresql"):
         raise s.error(
             "storage",

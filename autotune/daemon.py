@@ -129,6 +129,7 @@ def run_study(
             return _run_with_deployer(cfg, study, stop, total)
     finally:
         stop.cancel()
+        storage.remove_lock_file(cfg.study.storage, cfg.study.name)
 
 
 def local_lock(cfg: Config) -> contextlib.AbstractContextManager[Any]:
@@ -425,19 +426,6 @@ def _keep_serving(deployer: Deployer, local: bool) -> None:
 
 
 __all__ = ["AutotuneError", "StudySummary", "objective", "run_study"]
-
-
-def check_target(cfg: Config) -> None:
-    """`autotune validate` for a systemd target: reach it, read the unit, change nothing."""
-    deployer = make_deployer(cfg)
-    try:
-        deployer.preflight()
-        current = getattr(deployer, "current_unit", None)
-        if current is not None:
-            text = current()
-            check_unit(cfg, text, check_executables=False)
-    finally:
-        deployer.close()
 
 
 def _pipeline_for(cfg: Config, deployer: Deployer) -> TrialPipeline:

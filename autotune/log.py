@@ -18,9 +18,19 @@ def _want_json() -> bool:
     return "JOURNAL_STREAM" in os.environ or not sys.stderr.isatty()
 
 
+_json = False
+
+
+def is_json() -> bool:
+    """Whether lines go out as JSON (under systemd, or --log-format json)."""
+    return _json
+
+
 def setup(level: str | int = "INFO", json: bool | None = None) -> None:
     """Route structlog, stdlib logging, Optuna and warnings through one renderer."""
+    global _json
     use_json = _want_json() if json is None else json
+    _json = use_json
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,

@@ -24,7 +24,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urlparse
 
 from optuna.exceptions import ExperimentalWarning, StorageInternalError
@@ -240,16 +240,14 @@ def proposal_lock(storage: RDBStorage, study: str) -> Iterator[None]:
     released when the transaction ends or the connection dies with its worker.
     SQLite: an flock the kernel drops when the holder dies.
     """
-    url = str(storage.engine.url)
+    url = storage.engine.url.render_as_string(hide_password=False)
     if is_sqlite(url):
-        path = lock_file(url, study)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        f = _locked(lock_file(url, study))
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+            f.close()
         return
     with storage.engine.connect() as conn:
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _lock_key(study)})
@@ -257,3 +255,32 @@ def proposal_lock(storage: RDBStorage, study: str) -> Iterator[None]:
             yield
         finally:
             conn.rollback()  # ends the transaction, which releases the lock
+
+
+def _locked(path: Path) -> IO[str]:
+    """Open and flock `path`; a file removed between the open and the lock (a worker
+    leaving, `remove_lock_file`) is let go and the new one taken."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        f = open(path, "a")  # noqa: SIM115 - returned locked to the caller
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            if os.fstat(f.fileno()).st_ino == os.stat(path).st_ino:
+                return f
+        except FileNotFoundError:
+            pass
+        f.close()
+
+
+def remove_lock_file(url: str, study: str) -> None:
+    """On a clean exit: remove a SQLite study's lock file unless another worker holds it."""
+    path = lock_file(expand(url), study) if is_sqlite(url) else None
+    if path is None or not path.exists():
+        return
+    try:
+        with open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(f.fileno()).st_ino == os.stat(path).st_ino:
+                path.unlink()
+    except (BlockingIOError, FileNotFoundError):
+        pass  # another worker is proposing, or has removed it already

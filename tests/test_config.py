@@ -349,3 +349,16 @@ def test_several_hosts_example_loads() -> None:
     gpu2 = cfg.for_worker("gpu2").target
     assert gpu2.ssh == {"user": "tuner", "key_file": "~/.ssh/autotune_ed25519", "host": "gpu2"}
     assert "${TUNER_DB_PASSWORD}" in cfg.study.storage  # taken from the environment when opened
+
+
+def test_errors_are_json_lines_when_logs_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under systemd (--log-format json) the one error line is a JSON line for journald."""
+    path = _write(tmp_path, _set(_base(), "study.n_trials", 0))
+    code = cli.main(["--log-format", "json", "validate", "--config", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    line = json.loads(err[0])
+    assert line["level"] == "error" and line["exit_code"] == 2
+    assert "study.n_trials: must be at least 1, got 0" in line["event"]

@@ -13,6 +13,7 @@ import getpass
 import os
 import re
 import select
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -96,6 +97,21 @@ class _LinkLost(Exception):
 
 class _Transient(Exception):
     """Connecting failed in a way that may succeed later (refused, timed out, reset)."""
+
+
+def _why(exc: BaseException | None) -> str | None:
+    """A connect failure in a person's words ("connection refused", not paramiko's repr)."""
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        errors = list(exc.errors.values())
+        first = errors[0] if errors else None
+        return (first.strerror or str(first)).lower() if first is not None else None
+    if isinstance(exc, socket.timeout | TimeoutError):
+        return "no answer (timed out)"
+    if isinstance(exc, socket.gaierror):
+        return f"unknown host name ({exc.strerror})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return None
 
 
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
@@ -322,7 +338,12 @@ class SSHRunner:
                 try:
                     self._client = self._connect_once()
                 except _Transient as exc:
-                    raise DeployError(f"cannot connect to {self.description}: {exc}") from exc
+                    st = self.settings
+                    raise DeployError(
+                        f"cannot connect to {self.description}: {_why(exc.__cause__) or exc}. "
+                        f"Check that {st.host} is up and its sshd listens on port {st.port} "
+                        "(target.ssh.host, target.ssh.port)"
+                    ) from exc
                 self._ever_connected = True
                 self._log.info("ssh.connected")
             else:

@@ -85,6 +85,7 @@ class Counters:
 
 
 class Engine(Protocol):
+    algorithm_flag: str
     name: str
 
     def health_path(self) -> str:

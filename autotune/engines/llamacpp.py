@@ -121,6 +121,9 @@ class LlamaCppEngine:
     """
 
     name = "llama.cpp"
+    #: The flag that turns speculation on: a unit without it (and a space that does not
+    #: set it) tunes knobs the server ignores.
+    algorithm_flag = "--spec-type"
 
     def __init__(self, *, timeout: float = 10.0) -> None:
         self.timeout = timeout

@@ -96,6 +96,9 @@ class SGLangEngine:
     """The `Engine` for SGLang (`python -m sglang.launch_server`)."""
 
     name = "sglang"
+    #: The flag that turns speculation on: a unit without it (and a space that does not
+    #: set it) tunes knobs the server ignores.
+    algorithm_flag = "--speculative-algorithm"
 
     def __init__(self, *, timeout: float = 10.0) -> None:
         self.timeout = timeout

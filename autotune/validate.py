@@ -1,0 +1,188 @@
+"""`autotune validate`: every check that can be made without deploying, every problem reported.
+
+Each check answers with what it saw (`ok`) or one line naming the problem and
+where to fix it. Nothing is created or changed: the study database is opened
+read-only (a missing SQLite file is not made), the host is only asked.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+
+from autotune import storage, unitfile
+from autotune.config import Config
+from autotune.engines import get_engine
+from autotune.errors import AutotuneError, ConfigError
+
+#: Below this much free space where trial files go, a night of server logs may not fit.
+MIN_FREE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    ok: bool
+    text: str  # what was seen, or the problem with where to fix it
+
+
+def run(cfg: Config) -> list[Finding]:
+    """Every check, in the order an operator would fix them."""
+    findings: list[Finding] = []
+
+    def check(name: str, fn: Callable[[], str]) -> None:
+        try:
+            findings.append(Finding(name, True, fn()))
+        except AutotuneError as exc:
+            findings.append(Finding(name, False, str(exc)))
+
+    check("storage", lambda: _storage(cfg))
+    check("disk", lambda: _disk(cfg))
+    check("api key", lambda: _api_key(cfg))
+    unit_text: list[str] = []
+    check("target", lambda: _target(cfg, unit_text))
+    if unit_text:
+        check("unit", lambda: _unit(cfg, unit_text[0]))
+        check("server", lambda: _server(cfg, unit_text[0]))
+    return findings
+
+
+def _storage(cfg: Config) -> str:
+    url = cfg.study.storage
+    shown = storage.redact(url)
+    db = storage.sqlite_file(storage.expand(url, cfg.source))
+    if db is not None and not db.is_file():
+        folder = db.parent
+        if not folder.is_dir():
+            raise ConfigError(cfg.source, "study.storage", f"folder {folder} does not exist")
+        if not _writable(folder):
+            raise ConfigError(cfg.source, "study.storage", f"folder {folder} is not writable")
+        return f"{shown}: a new study database will be created there"
+    opened = storage.open_storage(url, source=cfg.source, create=False)
+    why = storage.reachable(opened)
+    if why is not None:
+        raise ConfigError(cfg.source, "study.storage", f"cannot read {shown}: {why}")
+    try:
+        names = [s.study_name for s in opened.get_all_studies()]
+    except storage.DATABASE_ERRORS:
+        names = []  # an empty database: Optuna makes its tables at the first start
+    finally:
+        opened.engine.dispose()
+    found = "resumes" if cfg.study.name in names else "creates"
+    return f"{shown}: answers; `autotune start` {found} study {cfg.study.name!r}"
+
+
+def _writable(folder: Path) -> bool:
+    import os
+
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
+def _disk(cfg: Config) -> str:
+    from autotune.artifacts import artifact_dir
+
+    where = artifact_dir(cfg.study.storage)
+    probe = where if where.exists() else where.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < MIN_FREE_BYTES:
+        raise AutotuneError(
+            f"only {free / 2**20:.0f} MiB free under {probe} for the trials' files "
+            f"(server logs, units): free at least {MIN_FREE_BYTES >> 30} GiB"
+        )
+    return f"{free / 2**30:.1f} GiB free under {probe}"
+
+
+def _api_key(cfg: Config) -> str:
+    from autotune.daemon import api_key
+
+    return "none needed" if api_key(cfg) is None else f"${cfg.target.api_key_env} is set"
+
+
+def _target(cfg: Config, unit_text: list[str]) -> str:
+    """Reach the host (SSH, sudo rights, the unit systemd loads, the lock) and read the unit."""
+    from autotune.daemon import make_deployer
+
+    if cfg.target.deploy == "local-process":
+        unit_text.append(cfg.target.unit_file.read_text())
+        return f"local-process: {cfg.target.unit_file}"
+    deployer = make_deployer(cfg)
+    try:
+        deployer.preflight()
+        current = getattr(deployer, "current_unit", None)
+        text = current() if current is not None else deployer.original_unit()
+        unit_text.append(text)
+    finally:
+        deployer.close()
+    return f"{cfg.target.deploy}: reachable, rights and lock ok, {cfg.target.unit} read"
+
+
+def _unit(cfg: Config, text: str) -> str:
+    """The unit parses, speculation is on, the tuned flags land where the server reads them."""
+    from autotune.daemon import check_flags, check_unit, make_deployer
+
+    source = str(cfg.target.unit_file)
+    check_unit(cfg, text, check_executables=cfg.target.deploy == "local-process")
+    engine = get_engine(cfg.target.engine)
+    flags = unitfile.parse_exec_start(text, source=source).flags()
+    tuned = {p.flag for p in cfg.space.params.values()}
+    if engine.algorithm_flag not in flags and engine.algorithm_flag not in tuned:
+        raise ConfigError(
+            source,
+            "ExecStart",
+            f"has no {engine.algorithm_flag}: speculation is off, so the tuned flags "
+            f"({', '.join(sorted(tuned))}) would change nothing. Add it "
+            "(e.g. --speculative-algorithm EAGLE)",
+        )
+    if cfg.target.deploy == "local-process":
+        deployer = make_deployer(cfg)
+        try:
+            check_flags(cfg, deployer, text)
+        finally:
+            deployer.close()
+    present = sorted(f for f in tuned if f in flags)
+    algorithm = flags.get(engine.algorithm_flag) or "(tuned)"
+    return (
+        f"{cfg.target.unit}: {engine.algorithm_flag} {algorithm}; "
+        f"tuned flags in ExecStart now: {', '.join(present) or 'none (added per trial)'}"
+    )
+
+
+def _server(cfg: Config, text: str) -> str:
+    """The benchmark must reach the server from here, not only from the GPU host."""
+    url = cfg.target.base_url
+    flags = unitfile.parse_exec_start(text).flags()
+    listens = flags.get("--host")
+    here = urlparse(url).hostname or ""
+    loopback = ("127.0.0.1", "localhost", "::1")
+    if (
+        cfg.target.deploy == "ssh"
+        and here not in loopback
+        and (listens in loopback or listens is None)
+    ):
+        heard = listens or "127.0.0.1 (the default)"
+        raise ConfigError(
+            str(cfg.target.unit_file),
+            "ExecStart",
+            f"the server listens on {heard} only, so {url} cannot reach it from here: "
+            "add --host 0.0.0.0 (or the host's address) to ExecStart, or reach it through "
+            "an SSH tunnel and set target.base_url to the tunnel's end",
+        )
+    if cfg.target.deploy == "local-process":
+        return f"{url}: started by autotune itself (checked at the first trial)"
+    try:
+        got = httpx.get(url.rstrip("/") + get_engine(cfg.target.engine).health_path(), timeout=5)
+    except httpx.HTTPError as exc:
+        raise ConfigError(
+            cfg.source,
+            "target.base_url",
+            f"nothing answers at {url} from here ({type(exc).__name__}: {exc}); "
+            "is the server running, and is its port open to this machine?",
+        ) from None
+    return f"{url}: answers (HTTP {got.status_code})"
