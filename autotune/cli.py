@@ -223,19 +223,23 @@ def _status(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     study = st.open_study(cfg, create=False)
+    from autotune import estimate, finalists
+
     rows = [_row(study, t) for t in study.get_trials(deepcopy=False)]
+    pending = finalists.pending(cfg, study)
+    runs = cfg.benchmark.finalists * cfg.benchmark.finalist_rounds if pending else 0
+    e = estimate.of(study, cfg.study.n_trials, finalist_runs=runs)
     if args.json:
-        print(
-            json.dumps(
-                {"study": study.study_name, "metric_names": study.metric_names, "trials": rows},
-                indent=2,
-            )
-        )
+        body = {"study": study.study_name, "metric_names": study.metric_names, "trials": rows}
+        body["time"] = None if e is None else vars(e)
+        print(json.dumps(body, indent=2))
         return 0
     print(
         f"study {study.study_name}: {st.finished_count(study)} of {cfg.study.n_trials} trials "
         f"finished ({redact(cfg.study.storage)})"
     )
+    if e is not None:
+        print(f"time: {estimate.sentence(e)}")
     header = f"{'#':>4}  {'state':9} {'feasible':8} {'value':>10} {'±95%':>6}  config / reason"
     print(header)
     for r in rows:

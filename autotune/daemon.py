@@ -126,7 +126,7 @@ def run_study(
         stop.stop_at(deadline, "deadline reached (--until / --max-hours)")
     try:
         with local_lock(cfg):
-            return _run_with_deployer(cfg, study, stop, total)
+            return _run_with_deployer(cfg, study, stop, total, deadline)
     finally:
         stop.cancel()
         storage.remove_lock_file(cfg.study.storage, cfg.study.name)
@@ -156,7 +156,7 @@ def state_dir(cfg: Config) -> Path:
 
 
 def _run_with_deployer(
-    cfg: Config, study: optuna.Study, stop: StopRequest, total: int
+    cfg: Config, study: optuna.Study, stop: StopRequest, total: int, deadline: float | None
 ) -> StudySummary:
     deployer = make_deployer(cfg)
     tally = Tally()
@@ -187,6 +187,7 @@ def _run_with_deployer(
             stop=stop,
             artifacts=artifact_store(cfg.study.storage, st.engine_of(study)),
             on_infra_error=lambda err: wait_for_infrastructure(cfg, deployer, err, stop),
+            deadline=deadline,
         )
         try:
             tally = worker.run()

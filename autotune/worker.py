@@ -72,7 +72,9 @@ class Worker:
         stop: StopRequest | None = None,
         artifacts: ArtifactStore | None = None,
         on_infra_error: Callable[[DeployError], None] | None = None,
+        deadline: float | None = None,
     ) -> None:
+        self.deadline = deadline
         self.cfg = cfg
         self.study = study
         self.measure = measure
@@ -108,7 +110,22 @@ class Worker:
             if outcome == "interrupted":
                 break
             tally.add(outcome)
+            if outcome == "measured":
+                self.db(self.say_estimate)
         return tally
+
+    def say_estimate(self) -> None:
+        """After each measured trial: how long the rest will take, at the pace so far."""
+        from autotune import estimate, finalists
+
+        pending = finalists.pending(self.cfg, self.study)
+        runs = self.cfg.benchmark.finalists * self.cfg.benchmark.finalist_rounds if pending else 0
+        e = estimate.of(self.study, self.cfg.study.n_trials, finalist_runs=runs)
+        if e is None or (e.remaining == 0 and not runs):
+            return
+        fits = e.fits(self.deadline)
+        extra = {} if fits is None else {"before_deadline": f"about {fits} of {e.remaining} trials"}
+        log.info("time left: " + estimate.sentence(e), **extra)
 
     def propose(self) -> st.Proposal | None:
         return st.propose(self.study, self.cfg, self.baseline, worker=self.name)

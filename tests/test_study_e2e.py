@@ -190,3 +190,63 @@ def test_a_second_worker_on_the_same_local_server_is_refused(tmp_path: Path) -> 
         assert first.wait(timeout=120) == 0
     finally:
         first.kill()
+
+
+def test_start_status_and_report_say_how_long_the_rest_will_take(tmp_path: Path) -> None:
+    config = study_dir(tmp_path, n_trials=3)
+    first = autotune("start", "--config", str(config), "--n-trials", "2", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    # After the baseline: one more trial of this run's two, at the pace of the first.
+    assert "time left:" in first.stderr and "1 trial left at about" in first.stderr
+    shown = autotune("status", "--config", str(config), cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("time: "))
+    assert "spent; 1 trial left at about" in line and "ending about" in line, line
+    timing = status(config)["time"]
+    assert timing["remaining"] == 1 and 0 < timing["per_trial_s"] < 60
+    assert timing["left_s"] == timing["per_trial_s"]  # no finalists in this study
+    report = autotune("report", "--config", str(config), "--out", str(tmp_path), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert "Time: " in Path(report.stdout.strip()).read_text()
+
+    # With a deadline too close for the rest, the log says how much of it fits.
+    again = autotune(
+        "start",
+        "--config",
+        str(config),
+        "--n-trials",
+        "40",
+        "--max-hours",
+        "0.02",
+        cwd=tmp_path,
+        timeout=200,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "before_deadline" in again.stderr
+
+
+def test_relative_sqlite_path_follows_the_config_and_readers_create_nothing(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "tuning"
+    home.mkdir()
+    config = study_dir(home, n_trials=1)
+    data = yaml.safe_load(config.read_text())
+    data["study"]["storage"] = "sqlite:///study.db"  # relative: to the config's folder
+    config.write_text(yaml.safe_dump(data))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = autotune("start", "--config", "../tuning/autotune.yaml", cwd=elsewhere)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (home / "study.db").is_file() and (home / "study-artifacts").is_dir()
+    shown = autotune("status", "--config", "../tuning/autotune.yaml", cwd=elsewhere)
+    assert shown.returncode == 0 and "1 of 1 trials finished" in shown.stdout, shown.stderr
+    assert list(elsewhere.iterdir()) == []  # nothing made where the commands ran
+    # The proposal lock is gone after a clean exit; git would ignore it anyway.
+    assert not list(home.glob(".*.lock")), list(home.glob(".*.lock"))
+    # A reader pointed at a study that does not exist says so and creates nothing.
+    data["study"]["storage"] = "sqlite:///typo.db"
+    (home / "typo.yaml").write_text(yaml.safe_dump(data))
+    missing = autotune("status", "--config", str(home / "typo.yaml"), cwd=elsewhere)
+    assert missing.returncode == 1 and "no study database at" in missing.stderr
+    assert not (home / "typo.db").exists()

@@ -103,6 +103,8 @@ class StudyData:
     validation: dict[int, dict[str, Any]] = field(default_factory=dict)
     """The top configs measured again at the end of the budget: {trial: {values, median, mad}}."""
     declared_best: int | None = None
+    time: str = ""
+    """Time spent so far, per trial, and what is left (`estimate.sentence`)."""
 
     def trial(self, number: int) -> TrialRow:
         return next(t for t in self.trials if t.number == number)
@@ -144,8 +146,21 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
         n_trials=int(settings.get("study", {}).get("n_trials", cfg.study.n_trials)),
         min_running_requests=cfg.objective.constraints.min_running_requests,
         level_sample=_level_sample(rows),
+        time=_time(cfg, study),
         **_validation(study.user_attrs.get(FINALISTS)),
     )
+
+
+def _time(cfg: Config, study: optuna.Study) -> str:
+    from autotune import estimate
+    from autotune.finalists import pending
+
+    bench = cfg.benchmark
+    runs = bench.finalists * bench.finalist_rounds if pending(cfg, study) else 0
+    e = estimate.of(study, cfg.study.n_trials, finalist_runs=runs)
+    if e is None:
+        return ""
+    return f"{estimate.sentence(e)} (a deployed trial took {estimate.duration(e.per_trial_s)})"
 
 
 def _validation(attr: Any) -> dict[str, Any]:

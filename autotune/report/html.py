@@ -136,8 +136,9 @@ def _summary(page: Page) -> str:
     ]
     kpis += [(f"{state.lower()} (not counted)", n) for state, n in sorted(d.unfinished.items())]
     body = "".join(f'<span class="kpi"><b>{esc(v)}</b>{esc(k)}</span>' for k, v in kpis)
+    spent = f"{esc(d.time)}; " if d.time else ""
     body += (
-        f'<p class="note">Storage <code>{esc(d.storage)}</code>; '
+        f'<p class="note">Time: {spent}storage <code>{esc(d.storage)}</code>; '
         f"generated {esc(page.generated)}.</p>"
     )
     winner = d.winner
