@@ -4,7 +4,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint bench bench-sim bench-client bench-efficiency bench-overhead \
+# The operator install: a wheel with the search spaces and examples inside.
+.PHONY: run test test-fast lint dist bench bench-sim bench-client bench-efficiency bench-overhead \
 	llamacpp llamacpp-install clean-demo clean
 
 run: $(STAMP)
@@ -17,6 +18,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(BIN)/pytest -m "not slow"
+
+# pip install dist/autotune-*.whl (plus '[postgres]' for several hosts): no test tools.
+dist: $(STAMP)
+	$(BIN)/python -m pip wheel --quiet --no-deps -w dist .
 
 lint: $(STAMP)
 	$(BIN)/ruff check autotune tests bench
@@ -63,4 +68,4 @@ clean-demo:
 	rm -rf autotune-artifacts
 
 clean: clean-demo
-	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache dist build

@@ -114,6 +114,32 @@ def _parser() -> argparse.ArgumentParser:
     ):
         sp = add(name, func, help_)
         sp.add_argument("--json", action="store_true", help="machine-readable output")
+    init = sub.add_parser(
+        "init",
+        help="write autotune.yaml from the live unit, then validate it",
+        description="Read the unit as systemd loads it (fragment and drop-ins), find the "
+        "engine and its speculative settings, write a commented autotune.yaml and a copy "
+        "of the unit, then run validate. Changes nothing on the host.",
+    )
+    init.set_defaults(func=_init)
+    init.add_argument("--unit", help="the service, e.g. sglang.service")
+    where = init.add_mutually_exclusive_group(required=True)
+    where.add_argument("--ssh", metavar="USER@HOST[:PORT]", help="the GPU host, over SSH")
+    where.add_argument("--local", action="store_true", help="this machine's systemd")
+    where.add_argument("--unit-file", help="a unit file run here as a child (local-process)")
+    init.add_argument("--key-file", help="SSH private key (default: the agent, ~/.ssh/id_*)")
+    init.add_argument("--known-hosts", help="SSH known_hosts file (default: ~/.ssh/known_hosts)")
+    init.add_argument(
+        "--systemctl", default="systemctl", help="systemctl on the host, if not on its PATH"
+    )
+    init.add_argument("--out", default=".", help="folder for autotune.yaml (default: .)")
+    init.add_argument(
+        "--storage",
+        dest="init_storage",
+        default="sqlite:///autotune.db",
+        help="study.storage to write (default: sqlite:///autotune.db beside the config)",
+    )
+    init.add_argument("--force", action="store_true", help="overwrite existing files")
     add(
         "validate",
         _validate,
@@ -305,6 +331,30 @@ def _best(args: argparse.Namespace) -> int:
         for k, v in d["metrics"].items():
             print(f"  {k}: {v}")
     return 0
+
+
+def _init(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from autotune import init
+
+    if args.unit_file:
+        unit_file = Path(args.unit_file).resolve()
+        where = init.Where("local-process", {}, args.unit or unit_file.name, unit_file)
+    else:
+        if not args.unit:
+            raise AutotuneError("--unit is required with --ssh and --local (e.g. sglang.service)")
+        ssh = init.parse_ssh(args.ssh, args.key_file, args.known_hosts) if args.ssh else {}
+        deploy = "ssh" if args.ssh else "local-systemd"
+        where = init.Where(deploy, ssh, args.unit, systemctl=args.systemctl)
+    config, notes = init.run(where, Path(args.out), storage=args.init_storage, force=args.force)
+    print(f"wrote {config}")
+    for note in notes:
+        print(f"note: {note}")
+    args.config = str(config)
+    args.worker = None
+    print(f"validating {config}:")
+    return _validate(args)
 
 
 def _validate(args: argparse.Namespace) -> int:

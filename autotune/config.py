@@ -63,6 +63,8 @@ class TargetConfig:
     ssh: Mapping[str, Any] = field(default_factory=dict)
     gpu_wait: Mapping[str, Any] | bool | None = None
     systemd: Mapping[str, Any] = field(default_factory=dict)
+    unit_copy: Path | None = None
+    """A local copy of the host's unit (`autotune init` writes it): validate compares."""
 
 
 @dataclass(frozen=True)
@@ -461,6 +463,7 @@ def _target(s: _Section, base_dir: Path) -> TargetConfig:
         ssh=dict(ssh or {}),
         gpu_wait=gpu_wait,
         systemd=dict(systemd or {}),
+        unit_copy=_local_path(base_dir, s.str("unit_copy")) if s.get("unit_copy") else None,
     )
     s.finish()
     _check_deploy_settings(out, s.file)

@@ -47,6 +47,8 @@ def run(cfg: Config) -> list[Finding]:
     unit_text: list[str] = []
     check("target", lambda: _target(cfg, unit_text))
     if unit_text:
+        if cfg.target.unit_copy is not None:
+            check("unit copy", lambda: _unit_copy(cfg, unit_text[0]))
         check("unit", lambda: _unit(cfg, unit_text[0]))
         check("server", lambda: _server(cfg, unit_text[0]))
     return findings
@@ -121,6 +123,34 @@ def _target(cfg: Config, unit_text: list[str]) -> str:
     finally:
         deployer.close()
     return f"{cfg.target.deploy}: reachable, rights and lock ok, {cfg.target.unit} read"
+
+
+def _unit_copy(cfg: Config, text: str) -> str:
+    """The unit on the host is still the one the config was written from."""
+    copy = cfg.target.unit_copy
+    assert copy is not None
+    try:
+        mine = copy.read_text()
+    except OSError as exc:
+        problem = f"cannot read {copy}: {exc.strerror}"
+        raise ConfigError(cfg.source, "target.unit_copy", problem) from None
+    if mine == text:
+        return f"{copy} is the host's {cfg.target.unit}"
+    for n, (a, b) in enumerate(zip(mine.splitlines(), text.splitlines(), strict=False), 1):
+        if a != b:
+            raise ConfigError(
+                cfg.source,
+                "target.unit_copy",
+                f"{copy} line {n} is {a.strip()!r}, the host's {cfg.target.unit} has "
+                f"{b.strip()!r}: the unit changed since the config was written; run "
+                "`autotune init` again or update the copy",
+            )
+    raise ConfigError(
+        cfg.source,
+        "target.unit_copy",
+        f"{copy} and the host's {cfg.target.unit} differ in length: the unit changed since "
+        "the config was written",
+    )
 
 
 def _unit(cfg: Config, text: str) -> str:

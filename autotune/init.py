@@ -1,0 +1,236 @@
+"""`autotune init`: a first config from the live unit, then `autotune validate` on it.
+
+Reads the unit as systemd loads it (`systemctl cat`: the fragment, then each
+drop-in, so a drop-in that sets ExecStart is seen), tells the engine from its
+ExecStart, reads its speculative settings, picks the built-in search space
+that fits them, and writes a commented `autotune.yaml` with a copy of the unit
+beside it. Nothing on the host is changed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune import unitfile
+from autotune.deploy.runner import LocalRunner, Runner
+from autotune.errors import AutotuneError, ConfigError
+
+DEFAULT_PORTS = {"sglang": 30000, "llama.cpp": 8080}
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where the unit lives: over SSH, on this machine's systemd, or in a file."""
+
+    deploy: str  # ssh | local-systemd | local-process
+    ssh: dict[str, Any]
+    unit: str
+    unit_file: Path | None = None  # local-process: the file itself
+    systemctl: str = "systemctl"  # on the host, when it is not on the PATH
+
+
+@dataclass(frozen=True)
+class LiveUnit:
+    fragment: str  # path of the file systemd loads
+    text: str  # that file's content
+    exec_start_from: str  # the file whose ExecStart wins (a drop-in, or the fragment)
+    gpus: bool  # nvidia-smi is on the host: wait for free GPUs before each start
+
+
+def parse_ssh(spec: str, key_file: str | None, known_hosts: str | None = None) -> dict[str, Any]:
+    """`user@host[:port]` to a target.ssh mapping."""
+    m = re.fullmatch(r"(?:([^@\s]+)@)?([^:@\s]+)(?::(\d+))?", spec)
+    if m is None:
+        raise AutotuneError(f"--ssh must look like user@host or user@host:port, got {spec!r}")
+    out: dict[str, Any] = {"host": m.group(2)}
+    if m.group(1):
+        out["user"] = m.group(1)
+    if m.group(3):
+        out["port"] = int(m.group(3))
+    if key_file:
+        out["key_file"] = key_file
+    if known_hosts:
+        out["known_hosts"] = known_hosts
+    return out
+
+
+def read_live_unit(where: Where) -> LiveUnit:
+    if where.deploy == "local-process":
+        assert where.unit_file is not None
+        try:
+            text = where.unit_file.read_text()
+        except OSError as exc:
+            raise AutotuneError(f"cannot read {where.unit_file}: {exc.strerror}") from None
+        return LiveUnit(str(where.unit_file), text, str(where.unit_file), False)
+    runner = _runner(where)
+    try:
+        got = runner.run([where.systemctl, "cat", "--no-pager", where.unit])
+        gpus = runner.run(["sh", "-c", "command -v nvidia-smi"]).ok
+    finally:
+        runner.close()
+    if not got.ok:
+        detail = (got.err or got.out).strip().splitlines()
+        raise AutotuneError(
+            f"systemctl cat {where.unit} on {runner.description} failed: "
+            f"{detail[0] if detail else f'exit code {got.exit_code}'}"
+        )
+    return split_cat(got.out, gpus=gpus)
+
+
+def _runner(where: Where) -> Runner:
+    if where.deploy == "ssh":
+        from autotune.deploy.settings import ssh_settings
+        from autotune.deploy.ssh_runner import SSHRunner
+
+        runner = SSHRunner(ssh_settings(where.ssh, "--ssh"))
+        runner.connect()
+        return runner
+    return LocalRunner()
+
+
+def split_cat(out: str, *, gpus: bool = False) -> LiveUnit:
+    """`systemctl cat` output: `# /path` before each file, fragment first."""
+    files: list[tuple[str, list[str]]] = []
+    for line in out.splitlines():
+        if line.startswith("# /"):
+            files.append((line[2:].strip(), []))
+        elif files:
+            files[-1][1].append(line)
+    if not files:
+        raise AutotuneError("systemctl cat printed no unit file")
+    texts = [(path, "\n".join(lines).rstrip("\n") + "\n") for path, lines in files]
+    winner = texts[0][0]
+    for path, text in texts[1:]:
+        if re.search(r"(?m)^\s*ExecStart\s*=", text):
+            winner = path
+    return LiveUnit(texts[0][0], texts[0][1], winner, gpus)
+
+
+def engine_of(argv: list[str]) -> str:
+    words = " ".join(argv)
+    if "sglang.launch_server" in words or re.search(r"(^|[/\s])sglang\s+serve\b", words):
+        return "sglang"
+    if "autotune.sim" in words or re.search(r"(^|[/\s])autotune\s+sim\b", words):
+        return "sglang"  # the simulated SGLang server (rehearsal mode)
+    if any(Path(a).name.startswith("llama-server") for a in argv[:2]):
+        return "llama.cpp"
+    raise AutotuneError(
+        f"cannot tell the engine from ExecStart ({' '.join(argv[:3])} ...): autotune knows "
+        "SGLang (python -m sglang.launch_server, sglang serve) and llama.cpp (llama-server)"
+    )
+
+
+def pick_space(engine: str, flags: dict[str, str | None]) -> tuple[str, str]:
+    """(built-in space, why) for the unit's current speculative settings."""
+    if engine == "llama.cpp":
+        return "llamacpp-spec.yaml", "llama.cpp's n-gram speculation (no draft model)"
+    algorithm = (flags.get("--speculative-algorithm") or "").upper()
+    topk = flags.get("--speculative-eagle-topk")
+    if algorithm in ("NEXTN", "MTP") or topk == "1":
+        chains = f"{algorithm or 'no algorithm'} with topk {topk or '1'}: chains"
+        return "sglang-mtp.yaml", f"{chains} (sglang-eagle.yaml also tries trees)"
+    return "sglang-eagle.yaml", f"{algorithm or 'no algorithm set'}: steps, topk and draft tokens"
+
+
+def run(where: Where, out_dir: Path, *, storage: str, force: bool) -> tuple[Path, list[str]]:
+    """Write autotune.yaml and the unit copy; return the config path and notes for the user."""
+    live = read_live_unit(where)
+    notes: list[str] = []
+    if live.exec_start_from != live.fragment:
+        raise ConfigError(
+            live.exec_start_from,
+            "ExecStart",
+            f"this drop-in sets ExecStart, so the flags autotune writes into {live.fragment} "
+            "would not run: move ExecStart into the unit file (or remove it from the drop-in)",
+        )
+    argv = unitfile.parse_exec_start(live.text, source=live.fragment).argv
+    flags = unitfile.flags(argv)
+    engine = engine_of(argv)
+    space, why = pick_space(engine, flags)
+    port = flags.get("--port") or str(DEFAULT_PORTS[engine])
+    listens = flags.get("--host")
+    host = where.ssh.get("host", "127.0.0.1") if where.deploy == "ssh" else "127.0.0.1"
+    if where.deploy == "ssh" and host not in LOOPBACK and (listens is None or listens in LOOPBACK):
+        notes.append(
+            f"the server listens on {listens or '127.0.0.1 (the default)'}: add --host 0.0.0.0 "
+            f"to ExecStart, or set target.base_url to an SSH tunnel's end"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = out_dir / "autotune.yaml"
+    # A local unit file is its own copy; a host's is kept beside the config.
+    copy = None if where.deploy == "local-process" else out_dir / where.unit
+    for path in (config, copy):
+        if path is not None and path.exists() and not force:
+            raise AutotuneError(f"{path} exists: remove it or pass --force")
+    if copy is not None:
+        copy.write_text(live.text)
+    config.write_text(
+        _config_text(where, live, engine, space, why, f"http://{host}:{port}", storage, flags)
+    )
+    return config, notes
+
+
+def _config_text(
+    where: Where,
+    live: LiveUnit,
+    engine: str,
+    space: str,
+    why: str,
+    base_url: str,
+    storage: str,
+    flags: dict[str, str | None],
+) -> str:
+    current = {f: v for f, v in flags.items() if f.startswith(("--speculative", "--spec-"))}
+    now = ", ".join(f"{k} {v}" for k, v in current.items()) or "none"
+    lines = [
+        f"# Written by `autotune init` from {where.unit} ({live.fragment}).",
+        f"# Speculative settings in the unit now: {now}.",
+        "# Check with `autotune validate`, then run with `autotune start`.",
+        "study:",
+        f"  name: {Path(where.unit).stem}",
+        f"  storage: {storage}    # relative paths: beside this file",
+        "  n_trials: 30                         # the study's total, across restarts",
+        "",
+        "target:",
+        f"  engine: {engine}",
+        f"  deploy: {where.deploy}",
+        f"  unit: {where.unit}",
+        f"  unit_file: {live.fragment}"
+        + ("" if where.deploy == "local-process" else "    # the file systemd loads, on the host"),
+        *(
+            []
+            if where.deploy == "local-process"
+            else [f"  unit_copy: {where.unit}    # the unit as read; validate says if it changed"]
+        ),
+        f"  base_url: {base_url}    # where the benchmark reaches the server from here",
+        "  ready_timeout: 900                   # model load plus CUDA graph capture",
+    ]
+    if where.deploy == "ssh":
+        lines.append("  ssh:")
+        lines += [f"    {k}: {v}" for k, v in where.ssh.items()]
+    if where.systemctl != "systemctl":
+        lines += ["  systemd:", f"    systemctl: {where.systemctl}"]
+    if live.gpus:
+        lines.append("  gpu_wait: {}                         # wait for the GPUs to be free")
+    lines += [
+        "",
+        f"search_space: {space}    # {why}",
+        "",
+        "benchmark:",
+        "  concurrency: [1, 16, 64]",
+        "  workload: natural",
+        "",
+        "objective:",
+        "  mode: geomean",
+    ]
+    if engine == "sglang":
+        lines += [
+            "  constraints:",
+            "    min_running_requests: 16         # the server must still hold this many at once",
+        ]
+    lines.append("")
+    return "\n".join(lines)
