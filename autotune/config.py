@@ -392,7 +392,14 @@ def _check_sampler(
 
 def _study(s: _Section, deploy: str, base_dir: Path) -> StudyConfig:
     d = StudyConfig()
-    storage = absolute_sqlite(s.str("storage", d.storage), base_dir)
+    raw = s.str("storage", d.storage)
+    if raw.startswith("sqlite:") and not raw.startswith("sqlite:///") and raw != "sqlite://":
+        raise s.error(
+            "storage",
+            f"{raw!r} is not a SQLite URL: three slashes, sqlite:///autotune.db (beside "
+            "this file) or sqlite:////var/lib/autotune/autotune.db (absolute)",
+        )
+    storage = absolute_sqlite(raw, base_dir)
     if storage_scheme(storage) not in ("sqlite", "postgresql"):
         raise s.error(
             "storage",
