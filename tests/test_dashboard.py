@@ -228,9 +228,19 @@ def test_dashboard_read_the_study_while_the_daemon_wrote_it(live: LiveStudy) -> 
 
 
 def _detail(live: LiveStudy) -> dict[str, Any]:
-    r = httpx.get(f"{live.base}/api/studies/{live.study_id}", timeout=30)
-    assert r.status_code == 200
-    return r.json()
+    """The study detail once the dashboard has caught up with the finished study.
+
+    optuna-dashboard keeps a trial it last saw running for up to a few seconds (its
+    trial cache), so a read right after the daemon's exit may still say "Running".
+    """
+    deadline = time.monotonic() + 15
+    while True:
+        r = httpx.get(f"{live.base}/api/studies/{live.study_id}", timeout=30)
+        assert r.status_code == 200
+        body = r.json()
+        if all(t["state"] != "Running" for t in body["trials"]) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.5)
 
 
 def _attrs(serialized: dict[str, Any]) -> dict[str, str]:
