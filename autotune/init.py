@@ -159,18 +159,20 @@ def run(where: Where, out_dir: Path, *, storage: str, force: bool) -> tuple[Path
             f"the server listens on {listens or '127.0.0.1 (the default)'}: add --host 0.0.0.0 "
             f"to ExecStart, or set target.base_url to an SSH tunnel's end"
         )
-    out_dir.mkdir(parents=True, exist_ok=True)
     config = out_dir / "autotune.yaml"
     # A local unit file is its own copy; a host's is kept beside the config.
     copy = None if where.deploy == "local-process" else out_dir / where.unit
     for path in (config, copy):
         if path is not None and path.exists() and not force:
             raise AutotuneError(f"{path} exists: remove it or pass --force")
-    if copy is not None:
-        copy.write_text(live.text)
-    config.write_text(
-        _config_text(where, live, engine, space, why, f"http://{host}:{port}", storage, flags)
-    )
+    text = _config_text(where, live, engine, space, why, f"http://{host}:{port}", storage, flags)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        if copy is not None:
+            copy.write_text(live.text)
+        config.write_text(text)
+    except OSError as exc:
+        raise AutotuneError(f"cannot write into --out {out_dir}: {exc.strerror}") from None
     return config, notes
 
 

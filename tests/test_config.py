@@ -363,3 +363,23 @@ def test_errors_are_json_lines_when_logs_are(
     line = json.loads(err[0])
     assert line["level"] == "error" and line["exit_code"] == 2
     assert "study.n_trials: must be at least 1, got 0" in line["event"]
+
+
+def test_init_answers_bad_arguments_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unit = REPO / "examples" / "sglang-sim.service"
+    (tmp_path / "afile").write_text("")
+    cases = [
+        (["init", "--ssh", "a@b@c", "--unit", "x.service"], "--ssh must look like user@host"),
+        (["init", "--local"], "--unit is required with --ssh and --local"),
+        (["init", "--unit-file", str(tmp_path / "none.service")], "cannot read"),
+        (
+            ["init", "--unit-file", str(unit), "--out", str(tmp_path / "afile")],
+            "cannot write into --out",
+        ),
+    ]
+    for argv, expected in cases:
+        code = cli.main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 1 and len(err) == 1 and expected in err[0], (argv, err)
