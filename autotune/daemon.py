@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,7 +224,8 @@ def _finalists_once(
     said = False
     while finalists.pending(cfg, study) and not stop.requested:
         if st.claim_finalists(study, cfg.study.n_trials, cfg.worker):
-            with _ClaimRenewal(study, cfg):
+            every = max(1.0, cfg.study.heartbeat_grace / 5)
+            with st.holding_finalists_claim(study, cfg.study.n_trials, cfg.worker, every):
                 _validate_finalists(cfg, study, pipeline)
             return
         if not said:
@@ -243,31 +243,6 @@ def _validate_finalists(cfg: Config, study: optuna.Study, pipeline: TrialPipelin
         log.warning("finalist validation interrupted: the best stays the best single measurement")
     except DeployError as err:
         log.error("finalist validation skipped: the target is unreachable", error=str(err))
-
-
-class _ClaimRenewal:
-    """While this worker measures the finalists, it says so every fifth of the grace."""
-
-    def __init__(self, study: optuna.Study, cfg: Config) -> None:
-        self.study, self.cfg = study, cfg
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew, daemon=True)
-
-    def _renew(self) -> None:
-        every = max(1.0, self.cfg.study.heartbeat_grace / 5)
-        while not self._stop.wait(every):
-            try:
-                st.renew_finalists_claim(self.study, self.cfg.study.n_trials, self.cfg.worker)
-            except Exception as exc:  # a missed renewal must not stop the finalists
-                log.warning("could not renew the finalists claim", error=str(exc))
-
-    def __enter__(self) -> _ClaimRenewal:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 def wait_for_infrastructure(

@@ -21,13 +21,12 @@ import importlib.util
 import os
 import re
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlparse
 
-from optuna.exceptions import ExperimentalWarning, StorageInternalError
+from optuna.exceptions import StorageInternalError
 from optuna.storages import RDBStorage
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -68,7 +67,8 @@ def redact(url: str) -> str:
     try:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
-        return _VAR.sub("***", url) if "@" in url else url
+        # Not a URL SQLAlchemy reads: still never show what sits between `user:` and `@`.
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
 def expand(url: str, source: str | None = None) -> str:
@@ -118,9 +118,7 @@ def open_storage(
         engine_kwargs["pool_pre_ping"] = True  # a restarted server leaves dead pooled connections
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
     try:
-        with _schema_lock(real, create), warnings.catch_warnings():
-            # Heartbeats are "experimental" in Optuna 5 and have been for years: not news to users.
-            warnings.simplefilter("ignore", ExperimentalWarning)
+        with _schema_lock(real, create):
             storage = RDBStorage(
                 real,
                 engine_kwargs=engine_kwargs,

@@ -11,8 +11,7 @@ import os
 import socket
 import threading
 import time
-import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,10 +223,7 @@ def propose(
         if taken >= cfg.study.n_trials:
             return None
         as_is = baseline_as_is_pending(study, baseline)
-        with warnings.catch_warnings():
-            # autotune beats itself (`Heartbeat`): Optuna warns because it is not its loop.
-            warnings.filterwarnings("ignore", "Heartbeat of storage is supposed to be used")
-            trial = study.ask()
+        trial = study.ask()
         trial.set_user_attr("owner", owner(worker))
         trial.set_user_attr("started_at", time.time())
         if as_is:
@@ -311,8 +307,15 @@ def claim_finalists(study: optuna.Study, n_trials: int, worker: str | None) -> b
         return True
 
 
-def renew_finalists_claim(study: optuna.Study, n_trials: int, worker: str | None) -> None:
-    study.set_user_attr(FINALISTS_CLAIM, _claim(n_trials, worker))
+def holding_finalists_claim(
+    study: optuna.Study, n_trials: int, worker: str | None, every: float
+) -> Repeating:
+    """While this worker measures the finalists, it renews its claim every `every` seconds."""
+    return Repeating(
+        every,
+        lambda: study.set_user_attr(FINALISTS_CLAIM, _claim(n_trials, worker)),
+        "renewing the finalists claim",
+    )
 
 
 def _claim(n_trials: int, worker: str | None) -> dict[str, Any]:
@@ -334,38 +337,49 @@ def claim_gone(study: optuna.Study, claim: Mapping[str, Any]) -> bool:
     return isinstance(beat, (int, float)) and grace is not None and time.time() - beat > grace
 
 
-class Heartbeat:
-    """Records the running trial's heartbeat so another host can tell it is alive.
+class Repeating:
+    """Calls `action` at once, then every `interval` seconds from a thread, while the block runs.
 
-    Optuna only beats inside `study.optimize`; autotune drives ask/tell itself.
+    For the signs of life other workers judge this one by (a trial's heartbeat, the
+    finalists' claim). A failed call is logged, never raised: a missed beat must not
+    stop the work it vouches for (a database away for a moment, say).
     """
 
-    def __init__(self, study: optuna.Study, trial: optuna.Trial) -> None:
-        self.storage = rdb(study)
-        self.trial_id = trial._trial_id
+    def __init__(self, interval: float, action: Callable[[], None], what: str) -> None:
+        self._interval, self._action, self._what = interval, action, what
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> Heartbeat:
-        interval = self.storage.heartbeat_interval if self.storage is not None else None
-        if self.storage is not None and interval:
-            self.storage.record_heartbeat(self.trial_id)
-            self._thread = threading.Thread(target=self._beat, args=(interval,), daemon=True)
-            self._thread.start()
+    def _call(self) -> None:
+        try:
+            self._action()
+        except Exception as exc:
+            log.warning(f"{self._what} failed", error=str(exc))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._call()
+
+    def __enter__(self) -> Repeating:
+        self._call()
+        self._thread.start()
         return self
-
-    def _beat(self, interval: float) -> None:
-        assert self.storage is not None
-        while not self._stop.wait(interval):
-            try:
-                self.storage.record_heartbeat(self.trial_id)
-            except Exception as exc:  # a missed beat must not kill the trial
-                log.warning("heartbeat failed", error=str(exc))
 
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self._thread.join(timeout=5)
+
+
+def heartbeat(study: optuna.Study, trial: optuna.Trial) -> contextlib.AbstractContextManager[Any]:
+    """The running trial's heartbeat, so that other workers can tell it is alive.
+
+    Optuna only beats inside `study.optimize`; autotune drives ask/tell itself.
+    """
+    db = rdb(study)
+    if db is None or not db.heartbeat_interval:
+        return contextlib.nullcontext()
+    trial_id = trial._trial_id
+    return Repeating(db.heartbeat_interval, lambda: db.record_heartbeat(trial_id), "heartbeat")
 
 
 # -- ownership, for recovering trials whose daemon died ---------------------------

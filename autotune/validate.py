@@ -7,6 +7,7 @@ read-only (a missing SQLite file is not made), the host is only asked.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,8 +81,6 @@ def _storage(cfg: Config) -> str:
 
 
 def _writable(folder: Path) -> bool:
-    import os
-
     return os.access(folder, os.W_OK | os.X_OK)
 
 

@@ -152,7 +152,7 @@ class Worker:
                 )
                 return earlier[1]
         try:
-            with st.Heartbeat(self.study, trial):
+            with st.heartbeat(self.study, trial):
                 result = self.measure(params, lambda c: st.find_measured(self.study, c))
         except TrialInterrupted as stopped:
             self._fail(trial, "interrupted", str(stopped))
@@ -263,29 +263,6 @@ class Worker:
                     timeout=self.cfg.target.infra_timeout,
                     stopping=lambda: self.stop.requested,
                 )
-
-
-def run_trials(
-    cfg: Config,
-    study: optuna.Study,
-    measure: Measure,
-    baseline: st.Baseline,
-    *,
-    artifacts: ArtifactStore | None = None,
-    stop: StopRequest | None = None,
-    on_infra_error: Callable[[DeployError], None] | None = None,
-) -> Tally:
-    """One worker's trials until the study holds `cfg.study.n_trials` finished trials."""
-    worker = Worker(
-        cfg,
-        study,
-        measure,
-        baseline,
-        stop=stop,
-        artifacts=artifacts,
-        on_infra_error=on_infra_error,
-    )
-    return worker.run()
 
 
 def _fmt(values: list[float] | None) -> str:

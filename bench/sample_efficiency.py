@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/sample_efficiency.py [--seeds 20] [--candidates default,random,grid]
 
-Runs autotune's own study loop (`worker.run_trials`: sampler, space encoding,
+Runs autotune's own study loop (`worker.Worker`: sampler, space encoding,
 baseline, dedupe, constraints, infeasible handling) against the simulator's
 noise-bearing model in process, for every cell (search space x simulator
 profile x workload x objective) and seed, and writes the table to
@@ -18,7 +18,9 @@ import os
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -44,6 +46,24 @@ def _run(job: Job) -> tuple[Cell, str, Trace]:
     return cell, candidate, run_one(cell, candidate, seed, budget, noise)
 
 
+def _collect(fn: Callable[[Any], tuple[Cell, Any, Any]], jobs: list[Any], workers: int) -> Any:
+    """Run the jobs on `workers` processes; group the results by (cell, key)."""
+    # The GP's matrices are tiny: BLAS threads would only fight the other worker for a
+    # core. Spawned workers inherit the environment before they import numpy.
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+    grouped: dict[tuple[Cell, Any], list[Any]] = defaultdict(list)
+    if workers <= 1:
+        _quiet()
+        for cell, key, trace in map(fn, jobs):
+            grouped[(cell, key)].append(trace)
+        return grouped
+    with multiprocessing.get_context("spawn").Pool(workers, initializer=_quiet) as pool:
+        for cell, key, trace in pool.imap_unordered(fn, jobs, chunksize=4):
+            grouped[(cell, key)].append(trace)
+    return grouped
+
+
 def run(
     cells: list[Cell],
     candidates: list[str],
@@ -59,23 +79,7 @@ def run(
         for cell in cells
         for seed in range(seeds)
     ]
-    traces: dict[tuple[Cell, str], list[Trace]] = defaultdict(list)
-    # The GP's matrices are tiny: BLAS threads would only fight the other worker for a
-    # core. Spawned workers inherit the environment before they import numpy.
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
-    if workers <= 1:
-        _quiet()
-        done = map(_run, jobs)
-    else:
-        pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_quiet)
-        done = pool.imap_unordered(_run, jobs, chunksize=4)
-    for cell, name, trace in done:
-        traces[(cell, name)].append(trace)
-    if workers > 1:
-        pool.close()
-        pool.join()
-    return traces
+    return _collect(_run, jobs, workers)
 
 
 HostsJob = tuple[Cell, int, int, int, float]
@@ -90,19 +94,7 @@ def run_hosts(
     cells: list[Cell], hosts: list[int], seeds: int, rounds: int, workers: int, noise: float
 ) -> dict[tuple[Cell, int], list[RoundsTrace]]:
     jobs = [(c, seed, h, rounds, noise) for h in hosts for c in cells for seed in range(seeds)]
-    traces: dict[tuple[Cell, int], list[RoundsTrace]] = defaultdict(list)
-    if workers <= 1:
-        _quiet()
-        done = map(_run_hosts, jobs)
-    else:
-        pool = multiprocessing.get_context("spawn").Pool(workers, initializer=_quiet)
-        done = pool.imap_unordered(_run_hosts, jobs, chunksize=4)
-    for cell, h, trace in done:
-        traces[(cell, h)].append(trace)
-    if workers > 1:
-        pool.close()
-        pool.join()
-    return traces
+    return _collect(_run_hosts, jobs, workers)
 
 
 def main(argv: list[str] | None = None) -> int:

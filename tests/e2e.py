@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -102,3 +105,30 @@ def status(config: Path) -> dict[str, Any]:
     proc = autotune("status", "--json", "--config", str(config), cwd=config.parent)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
+
+
+def stop_process(proc: subprocess.Popen[Any]) -> None:
+    """Stop a process this test started, by its PID (and its process group: Chromium forks)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def wait_http(url: str, proc: subprocess.Popen[Any], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"{proc.args} exited"
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"{url} never answered")

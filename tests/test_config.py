@@ -383,3 +383,13 @@ def test_init_answers_bad_arguments_in_one_line(
         code = cli.main(argv)
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 1 and len(err) == 1 and expected in err[0], (argv, err)
+
+
+def test_redact_never_shows_a_password_even_in_a_url_it_cannot_parse() -> None:
+    from autotune.storage import redact
+
+    assert (
+        redact("postgresql+psycopg://tuner:hunter2@db/x") == "postgresql+psycopg://tuner:***@db/x"
+    )
+    assert "hunter2" not in redact("not a url://tuner:hunter2@")
+    assert redact("sqlite:///autotune.db") == "sqlite:///autotune.db"

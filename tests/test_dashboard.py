@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import sqlite3
 import subprocess
@@ -47,7 +46,7 @@ from autotune.dashboard import (
 )
 from autotune.errors import AutotuneError
 from autotune.storage import open_storage as open_storage_for_writing
-from tests.e2e import REPO, free_port, status, study_dir
+from tests.e2e import REPO, free_port, status, stop_process, study_dir, wait_http
 
 pytestmark = pytest.mark.slow
 
@@ -90,20 +89,6 @@ class LiveStudy:
     """`autotune status --json` trials, by number."""
 
 
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    """Stop a process this test started, by its PID (and its process group: Chromium forks)."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
-
 def _wait_for_study_row(db: Path, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -116,19 +101,6 @@ def _wait_for_study_row(db: Path, timeout: float = 60) -> None:
                 pass  # tables not created yet
         time.sleep(0.1)
     raise AssertionError(f"the daemon created no study in {db}")
-
-
-def _wait_http(url: str, proc: subprocess.Popen[Any], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the dashboard exited"
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"{url} never answered")
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +144,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStudy]:
         )
         started.append(dashboard)
         base = f"http://127.0.0.1:{port}"
-        _wait_http(base + "/api/meta", dashboard)
+        wait_http(base + "/api/meta", dashboard)
         assert dashboard.stdout is not None
         printed = dashboard.stdout.readline()
 
@@ -208,7 +180,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStudy]:
         )
     finally:
         for proc in reversed(started):
-            _stop(proc)
+            stop_process(proc)
         for f in logs.values():
             f.close()
 
@@ -376,7 +348,7 @@ def dump_dom(url: str, tmp: Path) -> str:
     try:
         out, _ = proc.communicate(timeout=90)
     finally:
-        _stop(proc)
+        stop_process(proc)
     assert proc.returncode == 0, proc.returncode
     return out
 

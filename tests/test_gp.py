@@ -54,7 +54,7 @@ def test_every_config_is_a_distinct_point_of_the_unit_cube() -> None:
 
 
 def run_study(cell: Cell, deployments: int, seed: int) -> tuple[optuna.Study, SimulatedServer]:
-    """A real study loop (worker.run_trials, the default sampler) against the sim's model."""
+    """A real study loop (worker.Worker, the default sampler) against the sim's model."""
     land = landscape(cell)
     cfg = land.cfg
     cfg = dataclasses.replace(cfg, study=dataclasses.replace(cfg.study, seed=seed))

@@ -1,6 +1,6 @@
 """The strategies compared: a sampler, its settings, and configs run first.
 
-Every candidate runs through the same study code (`worker.run_trials`); only
+Every candidate runs through the same study code (`worker.Worker`); only
 the `study:` settings, the sampler object and the queue of configs enqueued
 after the baseline differ. Candidates are looked up by name so that worker
 processes rebuild them (spawn-safe).

@@ -56,7 +56,7 @@ def run_to(
 ) -> worker.Tally:
     """autotune's own worker loop, until the study holds `total` finished trials."""
     budget = dataclasses.replace(cfg.study, n_trials=total)
-    return worker.run_trials(dataclasses.replace(cfg, study=budget), study, measure, baseline)
+    return worker.Worker(dataclasses.replace(cfg, study=budget), study, measure, baseline).run()
 
 
 def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = SIM_NOISE) -> Trace:

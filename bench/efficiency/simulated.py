@@ -1,4 +1,4 @@
-"""A `Measure` for `worker.run_trials` that deploys nothing: the simulator's model plus noise.
+"""A `Measure` for `worker.Worker` that deploys nothing: the simulator's model plus noise.
 
 It mirrors what `TrialPipeline.run` returns for the simulated server, without
 HTTP or sleeps:

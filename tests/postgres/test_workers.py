@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ import pytest
 
 from autotune.artifacts import DatabaseArtifactStore
 from tests.daemon import Daemon
-from tests.e2e import autotune, free_port, status
+from tests.e2e import autotune, free_port, status, stop_process, wait_http
 from tests.pgserver import PASSWORD, PostgresServer
 from tests.postgres.hosts import SimHost, workers_config
 
@@ -132,22 +131,14 @@ def test_the_dashboard_shows_a_postgresql_study_and_its_files(
             str(port),
         ],
         cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                detail = httpx.get(f"{base}/api/studies/1", timeout=10)
-                if detail.status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the dashboard never answered"
-            time.sleep(0.3)
+        wait_http(f"{base}/api/studies/1", dash, timeout=60)
+        detail = httpx.get(f"{base}/api/studies/1", timeout=10)
         body = detail.json()
         assert len(body["trials"]) == 3
         assert body["best_trials"], "autotune's plugin names the best feasible trial"
@@ -159,12 +150,7 @@ def test_the_dashboard_shows_a_postgresql_study_and_its_files(
         assert got.status_code == 200 and got.content
         assert PASSWORD not in detail.text
     finally:
-        dash.send_signal(signal.SIGINT)
-        try:
-            dash.wait(10)
-        except subprocess.TimeoutExpired:
-            dash.kill()
-            dash.wait(5)
+        stop_process(dash)
 
 
 def test_a_worker_killed_on_another_host_is_recovered_by_the_others(
