@@ -252,8 +252,7 @@ def _status(args: argparse.Namespace) -> int:
     from autotune import estimate, finalists
 
     rows = [_row(study, t) for t in study.get_trials(deepcopy=False)]
-    pending = finalists.pending(cfg, study)
-    runs = cfg.benchmark.finalists * cfg.benchmark.finalist_rounds if pending else 0
+    runs = finalists.expected_runs(cfg, study)
     e = estimate.of(study, cfg.study.n_trials, finalist_runs=runs)
     if args.json:
         body = {"study": study.study_name, "metric_names": study.metric_names, "trials": rows}

@@ -78,7 +78,7 @@ class BenchmarkConfig:
     warmup_requests: int | None = None
     endpoint: str = "chat"
     finalists: int = 3
-    finalist_rounds: int = 2
+    finalist_rounds: int = 4  # the most; rounds stop once the leader is clear
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from autotune.locking import ProcessLock
 from autotune.log import get
 from autotune.stopping import StopRequest, TrialInterrupted
 from autotune.trial import TrialPipeline
-from autotune.worker import POLL_S, Tally, Worker
+from autotune.worker import POLL_S, Tally, Worker, confirm_crash
 
 log = get("autotune")
 
@@ -238,7 +238,8 @@ def _finalists_once(
 
 def _validate_finalists(cfg: Config, study: optuna.Study, pipeline: TrialPipeline) -> None:
     try:
-        finalists.validate(cfg, study, lambda params: pipeline.run(params, lambda _c: None))
+        remeasure = confirm_crash(pipeline.run)
+        finalists.validate(cfg, study, lambda params: remeasure(params, lambda _c: None))
     except TrialInterrupted:
         log.warning("finalist validation interrupted: the best stays the best single measurement")
     except DeployError as err:

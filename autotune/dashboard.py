@@ -16,6 +16,14 @@ released:
   the best feasible trial, or the feasible Pareto front; none while nothing is
   feasible).
 
+`autotune dashboard` also shows every parameter as the knob the server runs:
+a knob whose range depends on others (draft tokens, bounded by steps and topk)
+is stored as a fraction of its range (`speculative_num_draft_tokens_frac`),
+which means nothing in a slice plot or a parameter-importance chart.
+`show_knobs` makes the dashboard's storage hand out trials with the decoded
+knobs instead (`SearchSpace.decode`, the same mapping the study deploys);
+what the dashboard writes (notes, user attributes) goes to the study unchanged.
+
 Optuna reads both forms (`_get_constraints_from_system_attrs` merges the list as
 keys "0", "1", ... with the named keys), so feasibility and `study.best_trial`
 are unchanged. TPE ranks infeasible trials by the sum of their violations, which
@@ -25,6 +33,7 @@ long as every trial carries both forms (tests/test_dashboard.py checks it).
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable
 from socketserver import ThreadingMixIn
@@ -33,6 +42,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import optuna
 from optuna.artifacts._protocol import ArtifactStore
+from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import FrozenTrial
 from sqlalchemy.exc import SQLAlchemyError
@@ -51,6 +61,7 @@ from autotune.log import get
 
 if TYPE_CHECKING:
     from autotune.config import Config
+    from autotune.space import SearchSpace
 
 log = get("autotune.dashboard")
 
@@ -112,6 +123,59 @@ def _fill_constraints(serialized: dict[str, Any], t: FrozenTrial | None) -> None
         serialized["constraints"] = legacy_list(keyed_constraints(t))
 
 
+# -- knobs as the server runs them -----------------------------------------------------------
+def show_knobs(db: BaseStorage, space: SearchSpace) -> None:
+    """Make `db` return trials whose params are the decoded knobs (for the dashboard only)."""
+    dists = knob_distributions(space)
+    if not any(p.dependent_range for p in space.params.values()):
+        return  # every knob is stored as itself already
+    get_all_trials, get_trial = db.get_all_trials, db.get_trial
+
+    def all_trials(study_id: int, *args: Any, **kwargs: Any) -> list[FrozenTrial]:
+        return [decoded(space, dists, t) for t in get_all_trials(study_id, *args, **kwargs)]
+
+    def one_trial(trial_id: int) -> FrozenTrial:
+        return decoded(space, dists, get_trial(trial_id))
+
+    db.get_all_trials = all_trials  # type: ignore[method-assign]
+    db.get_trial = one_trial  # type: ignore[method-assign]
+
+
+def knob_distributions(space: SearchSpace) -> dict[str, BaseDistribution]:
+    """Each knob's distribution over every value the space can give it."""
+    coords = space.distributions()
+    out: dict[str, BaseDistribution] = {}
+    values: dict[str, set[Any]] = {}
+    if space.enumerable():
+        for cand in space.enumerate():
+            for name, v in cand.params.items():
+                values.setdefault(name, set()).add(v)
+    for name in space.order:
+        p = space.params[name]
+        if p.fixed:
+            continue
+        if not p.dependent_range:
+            out[name] = coords[p.study_name]
+        elif values.get(name):
+            out[name] = IntDistribution(min(values[name]), max(values[name]), log=p.log)
+    return out
+
+
+def decoded(space: SearchSpace, dists: dict[str, BaseDistribution], t: FrozenTrial) -> FrozenTrial:
+    """`t` with its params as knobs; unchanged if they do not decode (a foreign trial)."""
+    try:
+        config = space.decode(t.params)
+    except (KeyError, TypeError, ValueError):
+        return t
+    params = {n: v for n, v in config.items() if n in dists}
+    if not all(dists[n]._contains(dists[n].to_internal_repr(v)) for n, v in params.items()):
+        return t
+    out = copy.copy(t)
+    out._params = params
+    out._distributions = {n: dists[n] for n in params}
+    return out
+
+
 def make_app(storage: BaseStorage, artifacts: ArtifactStore | None) -> Any:
     """optuna-dashboard's WSGI app on `storage`, serving `artifacts`, with `TruthPlugin`."""
     import optuna_dashboard
@@ -139,6 +203,7 @@ class _QuietHandler(WSGIRequestHandler):
 def serve(cfg: Config, port: int = DEFAULT_PORT) -> int:
     """Serve optuna-dashboard for the study on 127.0.0.1:`port` until Ctrl-C; print its URL."""
     db = open_storage(cfg.study.storage, cfg.source)
+    show_knobs(db, cfg.space)
     # Served even before the first trial stored its files: the folder appears with them.
     app = make_app(db, artifact_store(cfg.study.storage, db.engine))
     try:

@@ -1,22 +1,31 @@
-"""Finalist validation: re-measure the top configs, interleaved, and declare the best by median.
+"""Finalist validation: measure the top configs again until the best one is clear.
 
 One benchmark of a config is one noisy sample: a restart is never exactly as
-fast as the last one. When the budget is spent, the top configs are measured
-again in rounds (A B C, A B C, ...) so that drift over the night hits them all
-alike; the declared best is the best median of the new measurements, reported with
-its spread (MAD).
+fast as the last one (about 2 %, plus the benchmark's own sampling error). When
+the budget is spent, the top configs are measured again in rounds (A B C,
+A B C, ...) so that drift over the night hits them all alike. After each round
+every measurement so far is judged together (`judge`): the probability that
+each finalist is the best. The stage stops once the leader's is at least
+`CONFIDENCE`; finalists with almost no chance left are not measured again, so
+the extra rounds go where the top configs are not yet separated, up to
+`benchmark.finalist_rounds` rounds.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import optuna
 
+from autotune import gp
 from autotune import study as st
 from autotune.config import Config
+from autotune.gp.features import features
 from autotune.log import get
 from autotune.trial import TrialResult
 
@@ -24,8 +33,33 @@ log = get("autotune.finalists")
 
 #: Study user attribute: {"n_trials": N, "declared_best": trial number, "finalists": {...}}.
 FINALISTS = "finalists"
+#: Stop once the leader is, with at least this probability, the best or within
+#: INDIFFERENCE of it: two configs 0.5 % apart are not worth a GPU-hour of telling apart.
+CONFIDENCE = 0.95
+INDIFFERENCE = 0.01
+#: A finalist less likely than this to be the best is not measured again.
+DROP_BELOW = 0.1
+#: Measurement noise on log throughput assumed until repeats show it (a restart's ~2 %
+#: plus a level's sampling error at the default confidence target).
+PRIOR_NOISE_SD = 0.025
+#: Noise levels the judging GP may choose from: repeats of one config pin it down.
+JUDGE_NOISE_SD = (0.02, 0.03, 0.05)
+#: Extra noise on a finalist's first value (winner's curse). Chosen with
+#: bench/sample_efficiency.py and `bench/demo_quality.py --replay`, see docs/sample-efficiency.md.
+FIRST_EXTRA_SD = 0.02
+DRAWS = 4000
 
 Remeasure = Callable[[dict[str, Any] | None], TrialResult]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What all measurements say about one finalist: its log-throughput mean, its chance to be
+    the best, and its chance to be the best or within INDIFFERENCE of it."""
+
+    mean: float
+    p_best: float
+    p_near: float
 
 
 def pending(cfg: Config, study: optuna.Study) -> bool:
@@ -38,72 +72,226 @@ def pending(cfg: Config, study: optuna.Study) -> bool:
     return done.get("n_trials") != cfg.study.n_trials
 
 
-def validate(cfg: Config, study: optuna.Study, remeasure: Remeasure) -> int | None:
+def expected_runs(cfg: Config, study: optuna.Study) -> int:
+    """Finalist deployments still to come, for time estimates: the stage usually stops after
+    about two rounds (bench/sample_efficiency.py: 6 runs for 3 finalists on average)."""
+    if not pending(cfg, study):
+        return 0
+    return cfg.benchmark.finalists * min(cfg.benchmark.finalist_rounds, 2)
+
+
+def validate(
+    cfg: Config, study: optuna.Study, remeasure: Remeasure, *, judge: str = "gp"
+) -> int | None:
     """Re-measure the top feasible configs; record and return the declared best trial."""
-    top = _top(study, cfg.benchmark.finalists)
+    top = _top(cfg, study, judge)
     if len(top) < 2:
         return None
-    # Judged on the new measurements only: the first one is what put a config in the
-    # top, so it is biased upwards (winner's curse). Measured in bench/sample_efficiency.py:
-    # leaving it out applied a config worth 98 % of the optimum more often in 7 of 12
-    # cells and less often in 2.
     fresh: dict[int, list[float]] = {t.number: [] for t in top}
-    rounds = cfg.benchmark.finalist_rounds
-    log.info("validating finalists", trials=[t.number for t in top], rounds=rounds)
-    for r in range(1, rounds + 1):
-        for t in top:
+    failed: set[int] = set()
+    cap = cfg.benchmark.finalist_rounds
+    contenders = list(top)
+    verdicts: dict[int, Verdict] = {}
+    log.info("validating finalists", trials=[t.number for t in top], most_rounds=cap)
+    rounds = 0
+    for rounds in range(1, cap + 1):
+        for t in contenders:
             config = t.user_attrs.get("config")
-            log.info("finalist", round=f"{r}/{rounds}", trial=t.number, config=st.trial_config(t))
+            log.info("finalist", round=f"{rounds}/{cap}", trial=t.number, config=st.trial_config(t))
             result = remeasure(dict(config) if config else None)
-            value = result.score.values[0] if result.score.feasible else 0.0
-            fresh[t.number].append(value)
+            if result.score.feasible and result.score.values[0] > 0:
+                fresh[t.number].append(result.score.values[0])
+            else:
+                # Never apply a config that failed while being validated.
+                failed.add(t.number)
+                log.warning("finalist failed when measured again: out", trial=t.number)
+        alive = [t for t in top if t.number not in failed]
+        if not alive:
+            verdicts = {}
+            break
+        verdicts = JUDGES[judge](cfg, study, alive, fresh)
+        leader = max(alive, key=lambda t: (verdicts[t.number].mean, -t.number))
+        chance = verdicts[leader.number].p_near
+        log.info(
+            "finalists judged",
+            leader=leader.number,
+            p_best=f"{verdicts[leader.number].p_best:.0%}",
+            within_1pct=f"{chance:.0%}",
+        )
+        contenders = [t for t in alive if t is leader or verdicts[t.number].p_best >= DROP_BELOW]
+        if chance >= CONFIDENCE or len(contenders) < 2:
+            break
+    declared = max(verdicts, key=lambda n: (verdicts[n].mean, -n)) if verdicts else None
     summary = {
         str(t.number): {
             "first": round(float(t.value), 2),
             "values": [round(v, 2) for v in fresh[t.number]],
-            "median": round(statistics.median(fresh[t.number]), 2),
-            "mad": round(_mad(fresh[t.number]), 2),
+            **(
+                {
+                    "estimate": round(math.exp(verdicts[t.number].mean), 2),
+                    "p_best": round(verdicts[t.number].p_best, 4),
+                    "p_near": round(verdicts[t.number].p_near, 4),
+                }
+                if t.number in verdicts and t.number not in failed
+                else {"failed": True}
+            ),
         }
         for t in top
     }
-    declared = max(fresh, key=lambda n: (statistics.median(fresh[n]), -n))
     study.set_user_attr(
         FINALISTS,
-        {"n_trials": cfg.study.n_trials, "declared_best": declared, "finalists": summary},
+        {
+            "n_trials": cfg.study.n_trials,
+            "declared_best": declared,
+            "rounds": rounds,
+            "runs": sum(len(v) for v in fresh.values()) + len(failed),
+            "judge": judge,
+            "finalists": summary,
+        },
     )
-    log.info(
-        "declared best",
-        trial=declared,
-        median=summary[str(declared)]["median"],
-        mad=summary[str(declared)]["mad"],
-    )
+    if declared is not None:
+        log.info(
+            "declared best",
+            trial=declared,
+            estimate=summary[str(declared)]["estimate"],
+            p_best=f"{verdicts[declared].p_best:.0%}",
+            within_1pct=f"{verdicts[declared].p_near:.0%}",
+            rounds=rounds,
+        )
     return declared
 
 
-def _top(study: optuna.Study, k: int) -> list[optuna.trial.FrozenTrial]:
+# -- judging ----------------------------------------------------------------------------
+def judge_gp(
+    cfg: Config,
+    study: optuna.Study,
+    alive: Sequence[optuna.trial.FrozenTrial],
+    fresh: dict[int, list[float]],
+) -> dict[int, Verdict]:
+    """Everything known: a GP over every measured config plus the finalists' repeats.
+
+    A finalist's first value is what put it in the top (winner's curse); the GP
+    weighs it against its neighbours' and its own repeats instead of trusting it.
+    Falls back to `judge_fresh` where the space cannot be placed in the GP's inputs.
+    """
+    space = cfg.space
+    if not all(space.complete(st.trial_config(t)) for t in alive):
+        return judge_fresh(cfg, study, alive, fresh)
+    trials = [
+        t
+        for t in gp.measured(study.get_trials(deepcopy=False))
+        if t.values
+        and len(t.values) == 1
+        and t.values[0] > 0
+        and space.complete(st.trial_config(t))
+    ]
+    X = [features(space, st.trial_config(t)) for t in trials]
+    y = [math.log(t.values[0]) for t in trials]
+    point = gp.point_sd(trials)
+    # De-biased first values: a finalist's first measurement is what selected it, so it
+    # counts as a noisier one once the finalist has fresh measurements of its own.
+    remeasured = {t.number for t in alive if fresh.get(t.number)}
+    point = [
+        math.hypot(sd, FIRST_EXTRA_SD) if t.number in remeasured else sd
+        for sd, t in zip(point, trials, strict=True)
+    ]
+    for t in alive:
+        for v in fresh.get(t.number, ()):
+            X.append(features(space, st.trial_config(t)))
+            y.append(math.log(v))
+            point.append(0.0)
+    model = gp.GP.fit(
+        np.array(X), np.array(y), prior_sd=gp.PRIOR_LOG_SD,
+        noise_sd=JUDGE_NOISE_SD, point_sd=point,
+    )  # fmt: skip
+    mean, cov = model.joint(np.array([features(space, st.trial_config(t)) for t in alive]))
+    return _verdicts(alive, mean, cov)
+
+
+def judge_fresh(
+    cfg: Config,
+    study: optuna.Study,
+    alive: Sequence[optuna.trial.FrozenTrial],
+    fresh: dict[int, list[float]],
+) -> dict[int, Verdict]:
+    """The new measurements only, each finalist on its own (the first value left out)."""
+    logs = {t.number: [math.log(v) for v in fresh[t.number]] for t in alive}
+    dof = sum(len(v) - 1 for v in logs.values() if len(v) > 1)
+    ss = sum(sum((x - np.mean(v)) ** 2 for x in v) for v in logs.values() if len(v) > 1)
+    # The assumed noise counts as two repeats until the repeats outweigh it.
+    var = (ss + 2 * PRIOR_NOISE_SD**2) / (dof + 2)
+    mean = np.array([float(np.mean(logs[t.number])) for t in alive])
+    cov = np.diag([var / len(logs[t.number]) for t in alive])
+    return _verdicts(alive, mean, cov)
+
+
+def judge_median(
+    cfg: Config,
+    study: optuna.Study,
+    alive: Sequence[optuna.trial.FrozenTrial],
+    fresh: dict[int, list[float]],
+) -> dict[int, Verdict]:
+    """The rule before this one, kept for the benchmark: best median of the new measurements,
+    every round measured (no chance computed, so nobody is dropped and nothing stops early)."""
+    share = 1.0 / len(alive)
+    return {
+        t.number: Verdict(math.log(statistics.median(fresh[t.number])), share, share) for t in alive
+    }
+
+
+JUDGES: dict[str, Callable[..., dict[int, Verdict]]] = {
+    "gp": judge_gp,
+    "fresh": judge_fresh,
+    "median": judge_median,
+}
+
+
+def _verdicts(
+    alive: Sequence[optuna.trial.FrozenTrial], mean: np.ndarray, cov: np.ndarray
+) -> dict[int, Verdict]:
+    # Seeded: the same measurements always give the same verdict.
+    draws = np.random.default_rng(0).multivariate_normal(mean, cov, size=DRAWS, method="cholesky")
+    wins = np.bincount(np.argmax(draws, axis=1), minlength=len(alive)) / DRAWS
+    near = (draws >= draws.max(axis=1, keepdims=True) - math.log1p(INDIFFERENCE)).mean(axis=0)
+    return {
+        t.number: Verdict(float(mean[i]), float(wins[i]), float(near[i]))
+        for i, t in enumerate(alive)
+    }
+
+
+def _top(cfg: Config, study: optuna.Study, judge: str) -> list[optuna.trial.FrozenTrial]:
+    """The configs most likely to be the best, by the same judge that will decide.
+
+    Ranked by raw value, the best config measured a little low loses its place to
+    lucky neighbours; the judge weighs each value against the rest first.
+    """
     seen: set[tuple[tuple[str, Any], ...]] = set()
-    out = []
-    ranked = sorted(
+    distinct = []
+    for t in sorted(
         (
             t
             for t in study.get_trials(deepcopy=False)
             if st.is_feasible(t) and t.user_attrs.get("reused_from") is None
         ),
         key=lambda t: -_upper(t),
-    )
-    # The config the model ranks first is always among them, lucky neighbours or not.
-    best = st.best_trials(study)
-    if best:
-        ranked.insert(0, best[0])
-    for t in ranked:
+    ):
         key = tuple(sorted(st.trial_config(t).items()))
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(t)
-        if len(out) == k:
-            break
-    return out
+        if key not in seen:
+            seen.add(key)
+            distinct.append(t)
+    k = cfg.benchmark.finalists
+    if judge != "gp" or not all(cfg.space.complete(st.trial_config(t)) for t in distinct):
+        # By value, and the config the model ranks first always among them.
+        best = st.best_trials(study)
+        key = tuple(sorted(st.trial_config(best[0]).items())) if best else None
+        first = [t for t in distinct if tuple(sorted(st.trial_config(t).items())) == key]
+        return (first + [t for t in distinct if t not in first])[:k]
+    if len(distinct) <= k:
+        return distinct
+    verdicts = judge_gp(cfg, study, distinct, {})
+    return sorted(distinct, key=lambda t: (-verdicts[t.number].p_best, -verdicts[t.number].mean))[
+        :k
+    ]
 
 
 def _upper(t: optuna.trial.FrozenTrial) -> float:
@@ -114,11 +302,6 @@ def _upper(t: optuna.trial.FrozenTrial) -> float:
     if t.user_attrs.get("uncertain_levels") and isinstance(ci, (int, float)) and ci > 0:
         return float(t.value) * (1.0 + float(ci))
     return float(t.value)
-
-
-def _mad(values: list[float]) -> float:
-    m = statistics.median(values)
-    return statistics.median(abs(v - m) for v in values)
 
 
 def validation_of(study: optuna.Study, number: int) -> dict[str, Any] | None:

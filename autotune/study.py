@@ -527,7 +527,7 @@ def chosen_by(study: optuna.Study, t: FrozenTrial) -> str:
         return "not dominated (Pareto front)"
     attrs = study.user_attrs
     if (attrs.get("finalists") or {}).get("declared_best") == t.number:
-        return "best median after the finalists were measured again"
+        return "best after the finalists were measured again (judged on every measurement)"
     if attrs.get(MODEL_BEST) == t.number:
         return "best by the model of every measurement"
     return "best measurement"
@@ -546,7 +546,7 @@ def best_trials(study: optuna.Study) -> list[FrozenTrial]:
         attrs = study.user_attrs
         declared = (attrs.get("finalists") or {}).get("declared_best")
         validated = [t for t in feasible if t.number == declared]
-        if validated:  # the best by median after the finalists were measured again
+        if validated:  # the judge's pick after the finalists were measured again
             return validated
         modelled = [t for t in feasible if t.number == attrs.get(MODEL_BEST)]
         if modelled:  # the best by the model of every measurement so far

@@ -19,7 +19,7 @@ from autotune.config import Config, ObjectiveConfig
 from autotune.errors import AutotuneError
 from autotune.sim import args as sim_args
 from autotune.sim import model
-from autotune.sim.predict import launch_with, resolved_params
+from autotune.sim.predict import benchmark_input_len, launch_with, resolved_params
 from autotune.sim.profiles import Profile, get_profile
 
 
@@ -65,6 +65,7 @@ def study_truth(
         cfg.benchmark.concurrency,
         workload=workload or _sim_workload(cfg.benchmark.workload),
         max_tokens=cfg.benchmark.max_tokens,
+        input_len=benchmark_input_len(cfg.benchmark.workload, cfg.benchmark.endpoint),
     )
 
 
@@ -77,7 +78,7 @@ def space_truth(
     *,
     workload: str,
     max_tokens: int,
-    input_len: int = 200,
+    input_len: int,
 ) -> list[Truth]:
     algorithm = base.speculative_algorithm or profile.default_algorithm
     out = []
@@ -107,7 +108,7 @@ def config_truth(
     *,
     workload: str,
     max_tokens: int,
-    input_len: int = 200,
+    input_len: int,
 ) -> Truth:
     n_values = len(levels) if objective.mode == "pareto" else 1
     zero = (0.0,) * n_values

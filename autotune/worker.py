@@ -118,8 +118,7 @@ class Worker:
         """After each measured trial: how long the rest will take, at the pace so far."""
         from autotune import estimate, finalists
 
-        pending = finalists.pending(self.cfg, self.study)
-        runs = self.cfg.benchmark.finalists * self.cfg.benchmark.finalist_rounds if pending else 0
+        runs = finalists.expected_runs(self.cfg, self.study)
         e = estimate.of(self.study, self.cfg.study.n_trials, finalist_runs=runs)
         if e is None or (e.remaining == 0 and not runs):
             return
@@ -153,7 +152,9 @@ class Worker:
                 return earlier[1]
         try:
             with st.heartbeat(self.study, trial):
-                result = self.measure(params, lambda c: st.find_measured(self.study, c))
+                result = confirm_crash(self.measure)(
+                    params, lambda c: st.find_measured(self.study, c)
+                )
         except TrialInterrupted as stopped:
             self._fail(trial, "interrupted", str(stopped))
             log.warning(
@@ -263,6 +264,48 @@ class Worker:
                     timeout=self.cfg.target.infra_timeout,
                     stopping=lambda: self.stop.requested,
                 )
+
+
+#: The failure that one redeploy must confirm: the server started fine, then died under load.
+CRASH = "crash_during_benchmark"
+
+
+def confirm_crash(measure: Measure) -> Measure:
+    """`measure`, with a crash during the benchmark confirmed by deploying once more.
+
+    A config that loaded and then died under load is marked infeasible forever
+    after; on GPUs a transient fault (an Xid, an NCCL timeout) does that to a good
+    config. So it is deployed once more: crashing again confirms it, running
+    through makes the second attempt the trial's result. Both attempts are kept
+    (`first_attempt`, `crash_confirmed`, both server logs).
+    """
+
+    def measured(params: dict[str, Any] | None, find_measured: FindMeasured) -> TrialResult:
+        first = measure(params, find_measured)
+        if first.attrs.get("failure") != CRASH:
+            return first
+        log.warning(
+            "the server crashed during the benchmark after starting fine: deploying it once "
+            "more before calling the config infeasible",
+            reason=first.attrs.get("reason"),
+        )
+        second = measure(params, find_measured)
+        confirmed = second.attrs.get("failure") == CRASH
+        second.attrs["first_attempt"] = {
+            k: first.attrs[k] for k in ("failure", "reason") if k in first.attrs
+        }
+        second.attrs["crash_confirmed"] = confirmed
+        second.server_log = (
+            f"--- first attempt: crashed during the benchmark ---\n{first.server_log}\n"
+            f"--- second attempt ---\n{second.server_log}"
+        )
+        if confirmed:
+            log.warning("crashed again: infeasible", reason=second.attrs.get("reason"))
+        else:
+            log.info("the second attempt ran through: the first crash is recorded, not held")
+        return second
+
+    return measured
 
 
 def _fmt(values: list[float] | None) -> str:

@@ -97,8 +97,7 @@ def _deployed(study: Any) -> int:
 
 
 def _finalist_runs(cfg: Config, study: Any) -> int:
-    validated = (study.user_attrs.get(finalists.FINALISTS) or {}).get("finalists") or {}
-    return len(validated) * cfg.benchmark.finalist_rounds
+    return int((study.user_attrs.get(finalists.FINALISTS) or {}).get("runs") or 0)
 
 
 def _side_by_side(cfg: Config, winner: dict[str, Any], rounds: int) -> dict[str, Any]:

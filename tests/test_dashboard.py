@@ -592,3 +592,53 @@ def test_serve_refuses_a_missing_database_and_a_busy_port(tmp_path: Path) -> Non
         busy.listen()
         with pytest.raises(AutotuneError, match="cannot listen"):
             serve(cfg, busy.getsockname()[1])
+
+
+def test_dashboard_shows_draft_tokens_not_the_stored_fraction(
+    tmp_path: Path, wsgi_server: Callable[[Any], str]
+) -> None:
+    from autotune.dashboard import show_knobs
+    from autotune.space import load_space
+
+    space = load_space(REPO / "search_spaces" / "sglang-eagle.yaml")
+    url = f"sqlite:///{tmp_path / 'knobs.db'}"
+    study = optuna.create_study(study_name="knobs", storage=url, direction="maximize")
+    configs = [(2, 1, 3), (3, 4, 9), (4, 4, 13), (5, 8, 32), (6, 2, 11), (7, 4, 20)]
+    for i, (steps, topk, draft) in enumerate(configs):
+        params = space.encode(
+            {
+                "speculative_num_steps": steps,
+                "speculative_eagle_topk": topk,
+                "speculative_num_draft_tokens": draft,
+            }
+        )
+        assert "speculative_num_draft_tokens_frac" in params  # what the study stores
+        study.add_trial(
+            optuna.trial.create_trial(
+                params=params, distributions=space.distributions(), value=100.0 + 10 * i
+            )
+        )
+    storage = open_storage(url)
+    show_knobs(storage, space)
+    base = wsgi_server(make_app(storage, None))
+
+    detail = _detail_of(base, n_trials=len(configs))
+    for t, (steps, topk, draft) in zip(detail["trials"], configs, strict=True):
+        shown = {p["name"]: p["param_external_value"] for p in t["params"]}
+        assert shown == {
+            "speculative_num_steps": str(steps),
+            "speculative_eagle_topk": str(topk),
+            "speculative_num_draft_tokens": str(draft),
+        }
+    names = {p["name"] for p in detail["union_search_space"]}
+    assert names == {
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "speculative_num_draft_tokens",
+    }
+    r = httpx.get(f"{base}/api/studies/1/param_importances", timeout=60)
+    assert r.status_code == 200, r.text
+    (per_objective,) = r.json()["param_importances"]
+    assert {p["name"] for p in per_objective} == names
+    # The study itself still holds the fraction: the dashboard only reads it decoded.
+    assert "speculative_num_draft_tokens_frac" in study.trials[0].params

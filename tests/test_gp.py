@@ -99,7 +99,7 @@ def test_the_declared_best_is_the_models_pick_and_the_finalists_overrule_it() ->
     other = next(t for t in study.trials if st.is_feasible(t) and t.number != picked)
     study.set_user_attr("finalists", {"declared_best": other.number})
     assert st.best_trials(study)[0].number == other.number
-    assert st.chosen_by(study, other).startswith("best median after the finalists")
+    assert st.chosen_by(study, other).startswith("best after the finalists were measured again")
 
 
 def measured_study(values: dict[int, float]) -> optuna.Study:

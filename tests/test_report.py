@@ -321,21 +321,23 @@ def test_report_shows_the_finalists_measured_again(tmp_path: Path) -> None:
             "n_trials": 2,
             "declared_best": first,
             "finalists": {
-                str(first): {"first": 200.0, "values": [203.0, 201.0], "median": 202.0, "mad": 1.0},
-                str(second): {
-                    "first": 202.0,
-                    "values": [190.0, 195.0],
-                    "median": 192.5,
-                    "mad": 2.5,
+                str(first): {
+                    "first": 200.0,
+                    "values": [203.0, 201.0],
+                    "estimate": 201.6,
+                    "p_best": 0.9712,
+                    "p_near": 0.99,
                 },
+                str(second): {"first": 202.0, "values": [190.0], "failed": True},
             },
         },
     )
     page = parse(build_report(cfg, tmp_path / "out"))
     summary = page.sections["summary"]
     assert summary.rows[1][:1] == [f"{first} (declared best)"]
-    assert summary.rows[1][2:] == ["200.0", "203.0, 201.0", "202.0", "1.0"]
+    assert summary.rows[1][2:] == ["200.0", "203.0, 201.0", "201.6", "97 %"]
     assert summary.rows[2][0] == str(second)
+    assert summary.rows[2][-1] == "failed again"
 
 
 def test_report_of_a_pareto_study(tmp_path: Path) -> None:

@@ -188,3 +188,43 @@ def test_simulator_faults_become_the_right_failure(
     assert trial["failure"] == kind
     if not feasible:
         assert trial["reason"]
+
+
+def _trial_attrs(config: Path) -> dict[str, Any]:
+    import optuna
+
+    data = yaml.safe_load(config.read_text())
+    study = optuna.load_study(study_name=data["study"]["name"], storage=data["study"]["storage"])
+    (trial,) = study.trials
+    return trial.user_attrs
+
+
+@pytest.mark.parametrize(
+    ("fault", "confirmed"),
+    [("crash-after:3", True), ("crash-once-after:3:{marker}", False)],
+    ids=["crashes-every-time", "crashes-once"],
+)
+def test_a_crash_under_load_is_confirmed_by_one_redeploy(
+    tmp_path: Path, fault: str, confirmed: bool
+) -> None:
+    marker = tmp_path / "crashed-once"
+    flags = f"--sim-load-time 0.2 --sim-fault {fault.format(marker=marker)}"
+    config = study_dir(tmp_path, n_trials=1, sim_flags=flags)
+    proc = autotune("start", "--config", str(config), cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "deploying it once more" in proc.stderr
+    (trial,) = status(config)["trials"]
+    assert trial["state"] == "COMPLETE"
+    assert trial["feasible"] is not confirmed
+    attrs = _trial_attrs(config)
+    assert attrs["crash_confirmed"] is confirmed
+    assert attrs["first_attempt"]["failure"] == "crash_during_benchmark"
+    assert attrs["first_attempt"]["reason"]
+    if confirmed:
+        assert trial["failure"] == "crash_during_benchmark"
+    else:
+        assert trial["failure"] is None and marker.exists()
+        assert trial["value"] > 0
+    # Both attempts' server logs are kept with the trial.
+    files = [p for p in (tmp_path / "study-artifacts").rglob("*") if p.is_file()]
+    assert any("first attempt: crashed" in p.read_text(errors="replace") for p in files), files

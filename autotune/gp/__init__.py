@@ -1,5 +1,14 @@
 """autotune's own Bayesian optimisation: a GP over the enumerated configs of a small space."""
 
-from .sampler import EnumeratedGPSampler, config_of, recommend
+from .model import GP
+from .sampler import PRIOR_LOG_SD, EnumeratedGPSampler, config_of, measured, point_sd, recommend
 
-__all__ = ["EnumeratedGPSampler", "config_of", "recommend"]
+__all__ = [
+    "GP",
+    "PRIOR_LOG_SD",
+    "EnumeratedGPSampler",
+    "config_of",
+    "measured",
+    "point_sd",
+    "recommend",
+]

@@ -103,6 +103,18 @@ class GP:
         mean, std = self.scale
         return mean + std * mu, std * np.sqrt(var)
 
+    def joint(self, Xp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and covariance of the latent function at `Xp`, in the units of y.
+
+        Neighbouring configs share their uncertainty; judging which of several is
+        best needs that, not only each one's own spread.
+        """
+        ks = matern(sqdist(Xp, self.X, self.ls))
+        v = np.linalg.solve(self.L, ks.T)
+        cov = matern(sqdist(Xp, Xp, self.ls)) - v.T @ v
+        mean, std = self.scale
+        return mean + std * (ks @ self.alpha), std * std * (cov + 1e-9 * np.eye(len(Xp)))
+
 
 def sqdist(A: np.ndarray, B: np.ndarray, ls: np.ndarray) -> np.ndarray:
     return np.sum(((A[:, None, :] - B[None, :, :]) / ls) ** 2, axis=-1)

@@ -101,7 +101,8 @@ class StudyData:
     level_sample: dict[str, Any] = field(default_factory=dict)
     """One measured level's fields that describe the measurement (temperature, ...)."""
     validation: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """The top configs measured again at the end of the budget: {trial: {values, median, mad}}."""
+    """The top configs measured again at the end of the budget:
+    {trial: {first, values, estimate, p_best, p_near} or {first, values, failed}}."""
     declared_best: int | None = None
     time: str = ""
     """Time spent so far, per trial, and what is left (`estimate.sentence`)."""
@@ -153,10 +154,9 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
 
 def _time(cfg: Config, study: optuna.Study) -> str:
     from autotune import estimate
-    from autotune.finalists import pending
+    from autotune.finalists import expected_runs
 
-    bench = cfg.benchmark
-    runs = bench.finalists * bench.finalist_rounds if pending(cfg, study) else 0
+    runs = expected_runs(cfg, study)
     e = estimate.of(study, cfg.study.n_trials, finalist_runs=runs)
     if e is None:
         return ""

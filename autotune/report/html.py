@@ -169,10 +169,11 @@ def _validation(d: StudyData) -> str:
     if not d.validation:
         return ""
     rows = []
-    for n, v in sorted(d.validation.items(), key=lambda kv: -float(kv[1].get("median", 0))):
+    for n, v in sorted(d.validation.items(), key=lambda kv: -float(kv[1].get("estimate", 0))):
         mark = " (declared best)" if n == d.declared_best else ""
         values = ", ".join(_num(float(x)) for x in v.get("values", []))
         first = _num(v.get("first")) if v.get("first") is not None else ""
+        chance = "failed again" if v.get("failed") else _chance(v.get("p_best"))
         rows.append(
             [
                 esc(f"{n}{mark}"),
@@ -181,17 +182,22 @@ def _validation(d: StudyData) -> str:
                 else "",
                 _cell_num(first),
                 _cell_num(values),
-                _cell_num(_num(v.get("median"))),
-                _cell_num(_num(v.get("mad"))),
+                _cell_num(_num(v.get("estimate"))),
+                _cell_num(esc(chance)),
             ]
         )
-    head = ["trial", "config", "trial's value", "measured again", "median", "MAD"]
+    head = ["trial", "config", "trial's value", "measured again", "estimate", "P(best)"]
     return (
-        "<p>The top configs were measured again, interleaved, when the budget was spent; "
-        "the best median of the new measurements wins (a single run is one noisy sample, "
-        "and the trial's own value is what put it in the top: biased upwards):</p>"
-        + _table(head, rows)
+        "<p>The top configs were measured again, interleaved, when the budget was spent, "
+        "round after round until the leader was the best (or within 1 % of it) with 95 % "
+        "probability. Each is judged on everything measured: its own runs and its "
+        "neighbours', with its first value, which is what put it in the top, counted as "
+        "the noisier one:</p>" + _table(head, rows)
     )
+
+
+def _chance(p: Any) -> str:
+    return f"{100 * float(p):.0f} %" if isinstance(p, (int, float)) else ""
 
 
 def _vs_baseline(d: StudyData, t: TrialRow) -> str:

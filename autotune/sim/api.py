@@ -13,7 +13,7 @@ import json
 import math
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.sim import httpio, model
@@ -51,6 +51,22 @@ def _dumps(obj: Any) -> bytes:
 # -- parsing --------------------------------------------------------------------
 def count_text_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+def prompt_tokens(prompt: str | Sequence[Mapping[str, Any]], endpoint: str = "chat") -> int:
+    """What this server counts for a prompt sent to `endpoint` (chat | completions | generate).
+
+    Chat messages are joined into one text for the other endpoints, as the benchmark does.
+    """
+    if endpoint == "chat":
+        messages = [{"content": prompt}] if isinstance(prompt, str) else prompt
+        return 3 + sum(
+            CHAT_TEMPLATE_TOKENS + count_text_tokens(_message_text(m.get("content")))
+            for m in messages
+        )
+    if isinstance(prompt, str):
+        return count_text_tokens(prompt)
+    return count_text_tokens("\n\n".join(_message_text(m.get("content")) for m in prompt))
 
 
 def _message_text(content: Any) -> str:
@@ -110,12 +126,9 @@ def parse_chat(body: Mapping[str, Any]) -> GenParams:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ApiError("messages must be a non-empty list")
-    tokens = 3
-    for m in messages:
-        if not isinstance(m, Mapping):
-            raise ApiError("each message must be an object with role and content")
-        tokens += CHAT_TEMPLATE_TOKENS + count_text_tokens(_message_text(m.get("content")))
-    return _openai_params(body, tokens)
+    if not all(isinstance(m, Mapping) for m in messages):
+        raise ApiError("each message must be an object with role and content")
+    return _openai_params(body, prompt_tokens(messages))
 
 
 def parse_completion(body: Mapping[str, Any]) -> GenParams:

@@ -12,6 +12,7 @@ import os
 import random
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from autotune import __version__
@@ -55,6 +56,13 @@ class SimServer:
         self.served = 0
         fault = args.sim.fault
         self.crash_after = int(fault.value) if fault and fault.kind == "crash-after" else None
+        if fault and fault.kind == "crash-once-after" and fault.path:
+            # A transient fault: the first start that finds no marker crashes, and leaves
+            # the marker so that every later start runs through.
+            marker = Path(fault.path)
+            if not marker.exists():
+                marker.touch()
+                self.crash_after = int(fault.value)
         self.routes: dict[tuple[str, str], Handler] = {
             ("GET", "/health"): self.health,
             ("GET", "/health_generate"): self.health,

@@ -23,12 +23,15 @@ class ArgError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Fault:
-    kind: str  # "crash-on-start" | "hang-on-start" | "crash-after" | "slow-start"
+    kind: str  # "crash-on-start" | "hang-on-start" | "crash-after" | "crash-once-after" | ...
     value: float = 0.0
+    path: str | None = None  # crash-once-after: the marker that makes later starts clean
 
     def __str__(self) -> str:
         if self.kind == "crash-after":
             return f"crash-after:{int(self.value)}"
+        if self.kind == "crash-once-after":
+            return f"crash-once-after:{int(self.value)}:{self.path}"
         if self.kind == "slow-start":
             return f"slow-start:{self.value:g}"
         return self.kind
@@ -48,7 +51,7 @@ class PredictOptions:
     concurrency: tuple[int, ...] = (1, 16, 64)
     workload: str = "greedy"
     max_tokens: int = 256
-    input_len: int = 200
+    input_len: int | None = None  # None: the benchmark's built-in prompts (about 72)
     space: str | None = None
 
 
@@ -158,6 +161,10 @@ def parse_fault(v: str) -> Fault:
             n = -1
         if n >= 0:
             return Fault(kind, float(n))
+    if kind == "crash-once-after" and ":" in arg:
+        count, _, path = arg.partition(":")
+        if count.isdigit() and path:
+            return Fault(kind, float(count), path)
     if kind == "slow-start" and arg:
         try:
             s = float(arg)
@@ -167,7 +174,7 @@ def parse_fault(v: str) -> Fault:
             return Fault(kind, s)
     raise ArgError(
         f"argument --sim-fault: invalid value {v!r} (expected crash-on-start, "
-        "hang-on-start, crash-after:N or slow-start:SECONDS)"
+        "hang-on-start, crash-after:N, crash-once-after:N:MARKER or slow-start:SECONDS)"
     )
 
 
@@ -283,7 +290,7 @@ USAGE = """\
 usage: python -m autotune.sim [SGLang launch flags] [--sim-* flags]
        python -m autotune.sim --predict [SGLang launch flags] [--sim-profile NAME]
               [--concurrency 1,16,64] [--workload greedy|natural]
-              [--max-tokens 256] [--input-len 200] [--space FILE]
+              [--max-tokens 256] [--input-len 72] [--space FILE]
 
 A simulated SGLang server ("rehearsal mode"). Modelled SGLang flags:
   --model-path --served-model-name --host --port --api-key --enable-metrics
@@ -297,7 +304,8 @@ Simulator flags:
   --sim-load-time SECONDS model load time before the port opens (default 1.5; 95 is realistic)
   --sim-noise FRACTION    run-to-run speed spread and per-iteration jitter (default 0.02)
   --sim-seed N            make the noise and the sampled outputs reproducible
-  --sim-fault SPEC        crash-on-start | hang-on-start | crash-after:N | slow-start:SECONDS
+  --sim-fault SPEC        crash-on-start | hang-on-start | crash-after:N |
+                          crash-once-after:N:MARKER | slow-start:SECONDS
 
 --predict prints the noise-free steady state instead of serving, one JSON object per
 concurrency level (or per configuration of --space FILE).

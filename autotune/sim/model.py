@@ -329,7 +329,7 @@ def accept_rate(spec: Spec, length: float) -> float:
 
 
 # -- time ----------------------------------------------------------------------
-def iteration_time(profile: Profile, spec: Spec, batch: int, kv_tokens: float) -> float:
+def iteration_time(profile: Profile, spec: Spec, batch: float, kv_tokens: float) -> float:
     """Seconds of one decode iteration for `batch` requests reading `kv_tokens` of KV."""
     if batch <= 0:
         return 0.0
@@ -439,9 +439,19 @@ def predict_level(
     mean_out, m2 = _length_moments(workload, max_tokens)
     steps = expected_decode_steps(dist, workload, max_tokens)
     ctx = input_len + m2 / (2.0 * mean_out)
-    t_iter = iteration_time(profile, spec, batch, batch * ctx)
     t_prefill = prefill_time(profile, input_len)
-    cycle = steps * t_iter + batch * t_prefill
+    if 1 < concurrency <= resolved.max_running_requests:
+        # Nobody queues, so a finished request's slot stays empty for the iteration that
+        # starts before its client's next request arrives (the scheduler never waits for
+        # one): each slot decodes `steps` of every `steps + 1` iterations, which then run
+        # with a slightly smaller batch.
+        decoding = batch * steps / (steps + 1.0)
+        t_iter = iteration_time(profile, spec, decoding, decoding * ctx)
+        cycle = (steps + 1.0) * t_iter + batch * t_prefill
+    else:
+        # A queued request takes a freed slot at once; alone, the engine waits for it idle.
+        t_iter = iteration_time(profile, spec, batch, batch * ctx)
+        cycle = steps * t_iter + batch * t_prefill
     throughput = batch * mean_out / cycle
     req_rate = batch / cycle
     queue_wait = max(0, concurrency - batch) / req_rate

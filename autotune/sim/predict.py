@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from autotune.sim import model
+from autotune.sim import api, model
 from autotune.sim.args import ArgError, PredictOptions
 from autotune.sim.profiles import Profile
 
@@ -45,6 +45,19 @@ def predict_config(
         for c in concurrency
     ]
     return resolved, levels
+
+
+def benchmark_input_len(workload: str, endpoint: str = "chat") -> int:
+    """Mean prompt tokens, as the simulator counts them, of what the benchmark sends.
+
+    The model's cost of a request's prefill and of its KV reads grows with its
+    prompt, so the truth must use the prompts really sent (the built-in natural
+    set averages about 72 tokens, not the 200 of the calibration runs).
+    """
+    from autotune.bench.workload import load_workload  # the client's prompts, on demand
+
+    prompts = load_workload(workload, max_tokens=1).prompts
+    return round(sum(api.prompt_tokens(p, endpoint) for p in prompts) / len(prompts))
 
 
 def resolved_params(resolved: model.Resolved) -> dict[str, int]:
@@ -111,7 +124,8 @@ def space_candidates(path: str) -> Iterator[tuple[dict[str, Any], bool, str | No
 
 def run(profile: Profile, base: model.Launch, opts: PredictOptions, out: TextIO) -> int:
     """Print the predictions; returns the exit code."""
-    kw = {"workload": opts.workload, "max_tokens": opts.max_tokens, "input_len": opts.input_len}
+    input_len = opts.input_len or benchmark_input_len("natural")
+    kw = {"workload": opts.workload, "max_tokens": opts.max_tokens, "input_len": input_len}
     if opts.space is None:
         resolved, levels = predict_config(profile, base, opts.concurrency, **kw)
         if isinstance(resolved, model.Refusal):

@@ -39,6 +39,10 @@ class Candidate:
     raw_best: bool = False
     """Judge the best measurement, not the model's pick that the study declares."""
     needs_torch: bool = False
+    judge: str = "gp"
+    """How the finalist stage judges its measurements (`autotune.finalists.JUDGES`)."""
+    benchmark: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Overrides of the `benchmark:` section for the end of the study (finalist_rounds)."""
 
 
 def _tpe(**kw: Any) -> SamplerFactory:
@@ -95,6 +99,17 @@ CANDIDATES: dict[str, Candidate] = {
             first=_docs_batch,
         ),
         Candidate(
+            "finalists-fresh",
+            "default, finalists judged on their new measurements alone (sequential, same cap)",
+            judge="fresh",
+        ),
+        Candidate(
+            "finalists-median",
+            "default, finalists as before: 2 fixed rounds, best median of the new measurements",
+            judge="median",
+            benchmark={"finalist_rounds": 2},
+        ),
+        Candidate(
             "optuna-gp",
             "Optuna's GPSampler (needs torch), 6 startup trials",
             study={"sampler": "optuna-gp"},
@@ -106,4 +121,5 @@ CANDIDATES: dict[str, Candidate] = {
 
 def configure(candidate: Candidate, cfg: Config, seed: int) -> Config:
     study = dataclasses.replace(cfg.study, seed=seed, **candidate.study)
-    return dataclasses.replace(cfg, study=study)
+    bench = dataclasses.replace(cfg.benchmark, **candidate.benchmark)
+    return dataclasses.replace(cfg, study=study, benchmark=bench)

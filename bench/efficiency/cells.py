@@ -107,6 +107,7 @@ def landscape(cell: Cell) -> Landscape:
         cfg.benchmark.concurrency,
         workload=cell.workload,
         max_tokens=cfg.benchmark.max_tokens,
+        input_len=truth.benchmark_input_len(cfg.benchmark.workload, cfg.benchmark.endpoint),
     )
     by_key = {cfg.space.key(t.config): t for t in table}
     return Landscape(cfg, by_key, truth.optimum(table))

@@ -22,6 +22,7 @@ class Stats:
     infeasible: float  # share of deployments spent on refused or infeasible configs
     regret: tuple[float, ...]  # mean 1 - best/optimum after REGRET_AT deployments
     applied: tuple[float, ...]  # share of runs whose finalists' winner reached TARGET, APPLIED_AT
+    finalist_runs: tuple[float, ...]  # mean deployments of the finalist stage, APPLIED_AT
 
 
 def trials_to_target(trace: Trace, target: float = TARGET, *, found: bool = False) -> float:
@@ -62,5 +63,8 @@ def summarise(traces: Sequence[Trace], budget: int) -> Stats:
         applied=tuple(
             sum(t.applied[i] >= TARGET - 1e-12 for t in traces) / len(traces)
             for i in range(len(APPLIED_AT))
+        ),
+        finalist_runs=tuple(
+            sum(t.finalist_runs[i] for t in traces) / len(traces) for i in range(len(APPLIED_AT))
         ),
     )

@@ -6,10 +6,15 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from autotune.config import BenchmarkConfig
+
 from .cells import Cell, landscape
 from .grid import BATCH_SIZES, grid_on_space, sglang_grid
 from .metrics import REGRET_AT, Stats
-from .run import APPLIED_AT, FINALIST_ROUNDS, FINALISTS
+from .run import APPLIED_AT
+
+FINALISTS = BenchmarkConfig().finalists
+FINALIST_ROUNDS = BenchmarkConfig().finalist_rounds
 
 #: The issue's bar, per cell of the full space.
 MAX_MEDIAN, MAX_P90 = 15, 25
@@ -88,7 +93,9 @@ def markdown(
         "deployments. Declared best and optimum are both judged by the noise-free model.",
         f"- applied@N: share of studies whose end, played out after N deployments, applies a "
         f"config worth 98 %: autotune's finalist stage measures the top {FINALISTS} configs "
-        f"{FINALIST_ROUNDS} more times each and applies the best median.",
+        f"again, round after round, until the leader is the best with 95 % probability "
+        f"(at most {FINALIST_ROUNDS} rounds), and applies it. finalist runs@N: the "
+        "deployments that took, on average.",
         *[f"- {note}" for note in _space_notes(cells)],
         "",
         "| cell | configs (feasible, >=98 %) | candidate | median | p90 | found | reached "
@@ -96,8 +103,10 @@ def markdown(
         + " | ".join(f"regret@{n}" for n in REGRET_AT)
         + " | "
         + " | ".join(f"applied@{n}" for n in APPLIED_AT)
+        + " | "
+        + " | ".join(f"finalist runs@{n}" for n in APPLIED_AT)
         + " |",
-        "|---|---|---|---|---|---|---|---|" + "---|" * (len(REGRET_AT) + len(APPLIED_AT)),
+        "|---|---|---|---|---|---|---|---|" + "---|" * (len(REGRET_AT) + 2 * len(APPLIED_AT)),
     ]
     for cell in cells:
         shape = _shape(cell)
@@ -107,6 +116,7 @@ def markdown(
                 continue
             regret = " | ".join(f"{100 * r:.1f} %" for r in s.regret)
             applied = " | ".join(f"{100 * a:.0f} %" for a in s.applied)
+            applied += " | " + " | ".join(f"{r:.1f}" for r in s.finalist_runs)
             lines.append(
                 f"| {cell.label} | {shape} | {name} | {_n(s.t98_median, budget)} "
                 f"| {_n(s.t98_p90, budget)} | {_n(s.found_median, budget)} "

@@ -13,7 +13,7 @@ from autotune import finalists, objective, worker
 from autotune import study as st
 from autotune.config import Config
 
-from .candidates import CANDIDATES, configure
+from .candidates import CANDIDATES, Candidate, configure
 from .cells import Cell, Landscape, baseline_flags, landscape
 from .simulated import SIM_NOISE, SimulatedServer
 
@@ -21,7 +21,6 @@ from .simulated import SIM_NOISE, SimulatedServer
 MAX_TRIALS_PER_DEPLOYMENT = 5
 #: Budgets at which the study's end is played out: finalists measured again, best applied.
 APPLIED_AT = (15, 30)
-FINALISTS, FINALIST_ROUNDS = 3, 2  # autotune's defaults (benchmark.finalists, finalist_rounds)
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,10 @@ class Trace:
     """Study trials used (deployments plus proposals answered from earlier results)."""
     applied: tuple[float, ...] = ()
     """True value of what autotune would apply had the study ended after APPLIED_AT[i]
-    deployments: the finalists' winner (FINALISTS measured again FINALIST_ROUNDS times)."""
+    deployments: the finalists' winner (`benchmark.finalists` measured again, at most
+    `benchmark.finalist_rounds` rounds, as autotune's defaults)."""
+    finalist_runs: tuple[int, ...] = ()
+    """Deployments the finalist stage spent at each of APPLIED_AT."""
 
 
 def in_memory_study(cfg: Config, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -77,6 +79,7 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
     infeasible: list[bool] = []
     measured: set[tuple] = set()
     applied: list[float] = []
+    runs: list[int] = []
     trials = 0
     while len(ratios) < budget and trials < budget * MAX_TRIALS_PER_DEPLOYMENT:
         if cand.only_first and not _waiting(study):
@@ -93,28 +96,34 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
         found.append(max(land.ratio(config), found[-1] if found else 0.0))
         infeasible.append(not land.truth(config).feasible)
         if len(ratios) in APPLIED_AT:
-            applied.append(_after_finalists(cfg, study, land, f"{cell}/{seed}/{trials}", noise))
+            end = f"{cell}/{seed}/{trials}"
+            ratio, spent = _after_finalists(cfg, study, land, end, noise, cand)
+            applied.append(ratio)
+            runs.append(spent)
         if len(measured) == land.size:
             break  # every config measured: nothing left to learn
     while len(applied) < len(APPLIED_AT):  # the study ran out of configs: its end is now
-        applied.append(_after_finalists(cfg, study, land, f"{cell}/{seed}/end", noise))
-    return Trace(tuple(ratios), tuple(found), tuple(infeasible), trials, tuple(applied))
+        ratio, spent = _after_finalists(cfg, study, land, f"{cell}/{seed}/end", noise, cand)
+        applied.append(ratio)
+        runs.append(spent)
+    return Trace(
+        tuple(ratios), tuple(found), tuple(infeasible), trials, tuple(applied), tuple(runs)
+    )
 
 
 def _after_finalists(
-    cfg: Config, study: optuna.Study, land: Landscape, seed: str, noise: float
-) -> float:
-    """Play out autotune's end of study (finalists.validate), judge its pick, then undo it."""
-    bench = dataclasses.replace(cfg.benchmark, finalists=FINALISTS, finalist_rounds=FINALIST_ROUNDS)
+    cfg: Config, study: optuna.Study, land: Landscape, seed: str, noise: float, cand: Candidate
+) -> tuple[float, int]:
+    """Play out autotune's end of study (finalists.validate), judge its pick, then undo it.
+
+    Returns the true worth of what it would apply and the deployments it spent."""
     server = SimulatedServer(land, random.Random(seed), noise)
     declared = finalists.validate(
-        dataclasses.replace(cfg, benchmark=bench),
-        study,
-        lambda params: server(params, lambda _config: None),
+        cfg, study, lambda params: server(params, lambda _config: None), judge=cand.judge
     )
     study.set_user_attr(finalists.FINALISTS, None)
     best = [study.trials[declared]] if declared is not None else st.best_trials(study)
-    return land.ratio(st.trial_config(best[0])) if best else 0.0
+    return (land.ratio(st.trial_config(best[0])) if best else 0.0), len(server.deployed)
 
 
 def _raw_best(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

@@ -173,7 +173,8 @@ def test_predict_cli_matches_model() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "autotune.sim", "--predict", "--speculative-algorithm", "EAGLE",
          "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
-         "--speculative-num-draft-tokens", "3", "--concurrency", "1,16,64"],
+         "--speculative-num-draft-tokens", "3", "--concurrency", "1,16,64",
+         "--input-len", "200"],  # the calibration runs' prompts (the CLI's default: 72)
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     rows = [json.loads(line) for line in out.splitlines()]
@@ -182,3 +183,16 @@ def test_predict_cli_matches_model() -> None:
         assert row["valid"] is True
         assert row["output_throughput"] == pytest.approx(tput(2, c), rel=1e-6)
         assert row["max_running_requests"] == 21 and row["max_total_num_tokens"] == 377_207
+
+
+def test_predict_defaults_to_the_prompts_the_benchmark_sends() -> None:
+    from autotune.bench.workload import load_workload
+    from autotune.sim import api
+    from autotune.sim.predict import benchmark_input_len
+
+    prompts = load_workload("natural", max_tokens=1).prompts
+    mean = sum(api.prompt_tokens(p) for p in prompts) / len(prompts)
+    assert benchmark_input_len("natural") == round(mean) == 72
+    # A chat prompt is counted as the server counts a chat request's messages.
+    body = {"messages": [{"role": "user", "content": "x" * 40}], "max_tokens": 1}
+    assert api.parse_chat(body).prompt_tokens == api.prompt_tokens("x" * 40) == 3 + 6 + 10

@@ -1,0 +1,130 @@
+"""The finalist stage: which configs it measures again, when it stops, what it declares.
+
+The study is autotune's own (demo config, GP sampler, real Optuna study in
+memory), measured by the simulator's model plus its documented noise; only the
+re-measurement is a stand-in where a test needs exact numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any
+
+import optuna
+import pytest
+
+from autotune import finalists, objective, truth, unitfile
+from autotune import study as st
+from autotune.config import Config, load_config
+from autotune.trial import TrialResult
+from bench.efficiency.cells import Landscape
+from bench.efficiency.run import in_memory_study, run_to
+from bench.efficiency.simulated import SimulatedServer
+from tests.e2e import REPO
+
+
+@pytest.fixture(scope="module")
+def demo() -> tuple[Config, Landscape]:
+    cfg = load_config(REPO / "examples" / "demo.yaml")
+    table = truth.study_truth(cfg, cfg.target.unit_file.read_text())
+    land = Landscape(cfg, {cfg.space.key(t.config): t for t in table}, truth.optimum(table))
+    return cfg, land
+
+
+def _studied(cfg: Config, land: Landscape, seed: int) -> optuna.Study:
+    study = in_memory_study(cfg, st.make_sampler(cfg))
+    flags = unitfile.flags(unitfile.parse_exec_start(cfg.target.unit_file.read_text()).argv)
+    baseline = st.baseline_of(cfg.space, flags)
+    st.enqueue_baseline_once(study, baseline)
+    server = SimulatedServer(land, random.Random(f"finalists/{seed}"))
+    run_to(cfg, study, server, baseline, cfg.study.n_trials)
+    return study
+
+
+def _fixed(land: Landscape, cfg: Config, worth: dict[tuple[Any, ...], float]) -> Any:
+    """A re-measurement that returns exactly `worth` (by config) times the optimum."""
+    calls: list[dict[str, Any]] = []
+
+    def remeasure(params: dict[str, Any] | None) -> TrialResult:
+        assert params is not None
+        calls.append(params)
+        value = worth.get(cfg.space.key(params), 0.5) * land.best.value
+        levels = cfg.benchmark.concurrency
+        if value <= 0:  # the server died under the finalist's load
+            score = objective.unusable(cfg.objective, levels, server_up=False)
+            return TrialResult(
+                score=score, attrs={"failure": "crash_during_benchmark"}, unit_text=""
+            )
+        results = {
+            c: {"concurrency": c, "output_throughput": value, "ttft_p99_ms": 1.0,
+                "itl_p50_ms": 1.0}
+            for c in levels
+        }  # fmt: skip
+        score = objective.score(cfg.objective, levels, results, 64)
+        return TrialResult(score=score, attrs={}, unit_text="")
+
+    remeasure.calls = calls  # type: ignore[attr-defined]
+    return remeasure
+
+
+def test_finalists_are_the_likeliest_bests_and_a_clear_winner_stops_early(
+    demo: tuple[Config, Landscape],
+) -> None:
+    cfg, land = demo
+    study = _studied(cfg, land, 1)
+    top = finalists._top(cfg, study, "gp")
+    assert len(top) == cfg.benchmark.finalists == 3
+    keys = [cfg.space.key(st.trial_config(t)) for t in top]
+    # Measured again, the first finalist is far ahead of the others (their first values
+    # said otherwise, so one round does not settle it yet; the cap is never needed).
+    worth = {keys[0]: 1.0, keys[1]: 0.80, keys[2]: 0.80}
+    remeasure = _fixed(land, cfg, worth)
+    declared = finalists.validate(cfg, study, remeasure)
+    assert declared == top[0].number
+    record = study.user_attrs[finalists.FINALISTS]
+    assert record["rounds"] < cfg.benchmark.finalist_rounds
+    assert record["runs"] == len(remeasure.calls) <= 3 * record["rounds"]
+    assert record["finalists"][str(declared)]["p_near"] >= finalists.CONFIDENCE
+    assert st.best_trials(study)[0].number == declared
+
+
+def test_close_finalists_get_more_rounds_up_to_the_cap_and_a_failure_is_out(
+    demo: tuple[Config, Landscape],
+) -> None:
+    cfg, land = demo
+    study = _studied(cfg, land, 2)
+    top = finalists._top(cfg, study, "gp")
+    keys = [cfg.space.key(st.trial_config(t)) for t in top]
+    # Two finalists measure exactly alike every time; the third fails when measured again.
+    worth = {keys[0]: 0.99, keys[1]: 0.99, keys[2]: 0.0}
+    remeasure = _fixed(land, cfg, worth)
+    declared = finalists.validate(cfg, study, remeasure)
+    record = study.user_attrs[finalists.FINALISTS]
+    assert record["finalists"][str(top[2].number)] == {
+        "first": round(float(top[2].value), 2), "values": [], "failed": True
+    }  # fmt: skip
+    assert declared in (top[0].number, top[1].number)
+    assert 2 <= record["rounds"] <= cfg.benchmark.finalist_rounds
+    # The failed one is never measured twice; the others every round until it stopped.
+    assert len(remeasure.calls) == 1 + 2 * record["rounds"]
+
+
+def test_no_finalist_left_means_no_declared_best(demo: tuple[Config, Landscape]) -> None:
+    cfg, land = demo
+    study = _studied(cfg, land, 3)
+    model_pick = st.best_trials(study)[0].number
+    keys = [cfg.space.key(st.trial_config(t)) for t in finalists._top(cfg, study, "gp")]
+    assert finalists.validate(cfg, study, _fixed(land, cfg, dict.fromkeys(keys, 0.0))) is None
+    assert study.user_attrs[finalists.FINALISTS]["declared_best"] is None
+    assert st.best_trials(study)[0].number == model_pick  # the model's pick stands
+
+
+def test_the_old_rule_is_kept_for_the_benchmark(demo: tuple[Config, Landscape]) -> None:
+    cfg, land = demo
+    cfg = dataclasses.replace(cfg, benchmark=dataclasses.replace(cfg.benchmark, finalist_rounds=2))
+    study = _studied(cfg, land, 4)
+    remeasure = _fixed(land, cfg, {})
+    finalists.validate(cfg, study, remeasure, judge="median")
+    # Every finalist, every round: nothing stops early under the old rule.
+    assert len(remeasure.calls) == 3 * 2
