@@ -129,16 +129,21 @@ def show_knobs(db: BaseStorage, space: SearchSpace) -> None:
     dists = knob_distributions(space)
     if not any(p.dependent_range for p in space.params.values()):
         return  # every knob is stored as itself already
-    get_all_trials, get_trial = db.get_all_trials, db.get_trial
+    # Every way in: an `optuna.Study` made on this storage (optuna-dashboard's parameter
+    # importance makes one) wraps it in `_CachedStorage`, which reads `_get_trials`.
+    for name in ("get_all_trials", "get_trial", "_get_trials"):
+        if hasattr(db, name):
+            setattr(db, name, _decoding(getattr(db, name), space, dists))
 
-    def all_trials(study_id: int, *args: Any, **kwargs: Any) -> list[FrozenTrial]:
-        return [decoded(space, dists, t) for t in get_all_trials(study_id, *args, **kwargs)]
 
-    def one_trial(trial_id: int) -> FrozenTrial:
-        return decoded(space, dists, get_trial(trial_id))
+def _decoding(read: Callable[..., Any], space: SearchSpace, dists: dict[str, Any]) -> Any:
+    def reader(*args: Any, **kwargs: Any) -> Any:
+        found = read(*args, **kwargs)
+        if isinstance(found, FrozenTrial):
+            return decoded(space, dists, found)
+        return [decoded(space, dists, t) for t in found]
 
-    db.get_all_trials = all_trials  # type: ignore[method-assign]
-    db.get_trial = one_trial  # type: ignore[method-assign]
+    return reader
 
 
 def knob_distributions(space: SearchSpace) -> dict[str, BaseDistribution]:

@@ -636,6 +636,11 @@ def test_dashboard_shows_draft_tokens_not_the_stored_fraction(
         "speculative_eagle_topk",
         "speculative_num_draft_tokens",
     }
+    # optuna-dashboard caches importances per process by "study id:objective" and trial
+    # count: another test's study 1 with as many trials would answer for this one.
+    from optuna_dashboard import _importance
+
+    _importance.param_importance_cache.clear()
     r = httpx.get(f"{base}/api/studies/1/param_importances", timeout=60)
     assert r.status_code == 200, r.text
     (per_objective,) = r.json()["param_importances"]
