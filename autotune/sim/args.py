@@ -10,6 +10,7 @@ token after an unknown flag is its value unless it starts with `--`.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,6 +165,8 @@ def parse_fault(v: str) -> Fault:
     if kind == "crash-once-after" and ":" in arg:
         count, _, path = arg.partition(":")
         if count.isdigit() and path:
+            if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+                raise ArgError(f"argument --sim-fault: no folder for marker {path!r}")
             return Fault(kind, float(count), path)
     if kind == "slow-start" and arg:
         try:

@@ -70,6 +70,7 @@ def test_sim_flags() -> None:
         ("hang-on-start", Fault("hang-on-start")),
         ("crash-after:0", Fault("crash-after", 0)),
         ("slow-start:2.5", Fault("slow-start", 2.5)),
+        ("crash-once-after:3:/tmp/m", Fault("crash-once-after", 3, "/tmp/m")),
     ],
 )
 def test_faults(fault: str, expected: Fault) -> None:
@@ -81,6 +82,8 @@ def test_faults(fault: str, expected: Fault) -> None:
     [
         (["--sim-fault", "explode"], "--sim-fault"),
         (["--sim-fault", "crash-after:x"], "--sim-fault"),
+        (["--sim-fault", "crash-once-after:3"], "crash-once-after:N:MARKER"),
+        (["--sim-fault", "crash-once-after:3:/no/such/dir/m"], "no folder for marker"),
         (["--sim-noise", "2"], "--sim-noise"),
         (["--sim-load-time", "-1"], "--sim-load-time"),
         (["--sim-profile", "nope"], "unknown profile"),
