@@ -126,9 +126,9 @@ def _fill_constraints(serialized: dict[str, Any], t: FrozenTrial | None) -> None
 # -- knobs as the server runs them -----------------------------------------------------------
 def show_knobs(db: BaseStorage, space: SearchSpace) -> None:
     """Make `db` return trials whose params are the decoded knobs (for the dashboard only)."""
-    dists = knob_distributions(space)
     if not any(p.dependent_range for p in space.params.values()):
         return  # every knob is stored as itself already
+    dists = knob_distributions(space)
     # Every way in: an `optuna.Study` made on this storage (optuna-dashboard's parameter
     # importance makes one) wraps it in `_CachedStorage`, which reads `_get_trials`.
     for name in ("get_all_trials", "get_trial", "_get_trials"):

@@ -50,6 +50,11 @@ FIRST_EXTRA_SD = 0.02
 DRAWS = 4000
 
 Remeasure = Callable[[dict[str, Any] | None], TrialResult]
+#: (config, study, finalists still in, their new values by trial number) -> verdicts.
+Judge = Callable[
+    [Config, optuna.Study, Sequence[optuna.trial.FrozenTrial], dict[int, list[float]]],
+    dict[int, "Verdict"],
+]
 
 
 @dataclass(frozen=True)
@@ -239,7 +244,7 @@ def judge_median(
     }
 
 
-JUDGES: dict[str, Callable[..., dict[int, Verdict]]] = {
+JUDGES: dict[str, Judge] = {
     "gp": judge_gp,
     "fresh": judge_fresh,
     "median": judge_median,

@@ -58,7 +58,7 @@ def main() -> int:
             return 1
         winner = st.trial_config(best[0])
         deployed = _deployed(study)
-        finalist_runs = _finalist_runs(cfg, study)
+        finalist_runs = _finalist_runs(study)
         side = _side_by_side(cfg, winner, args.rounds)
         rows.append(
             {
@@ -96,7 +96,7 @@ def _deployed(study: Any) -> int:
     )
 
 
-def _finalist_runs(cfg: Config, study: Any) -> int:
+def _finalist_runs(study: Any) -> int:
     return int((study.user_attrs.get(finalists.FINALISTS) or {}).get("runs") or 0)
 
 

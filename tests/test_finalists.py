@@ -42,6 +42,15 @@ def _studied(cfg: Config, land: Landscape, seed: int) -> optuna.Study:
     return study
 
 
+def _with_finalists(
+    cfg: Config, land: Landscape, seed: int
+) -> tuple[optuna.Study, list[optuna.trial.FrozenTrial], list[tuple[Any, ...]]]:
+    """A finished demo study, its finalists, and their configs' keys."""
+    study = _studied(cfg, land, seed)
+    top = finalists._top(cfg, study, "gp")
+    return study, top, [cfg.space.key(st.trial_config(t)) for t in top]
+
+
 def _fixed(land: Landscape, cfg: Config, worth: dict[tuple[Any, ...], float]) -> Any:
     """A re-measurement that returns exactly `worth` (by config) times the optimum."""
     calls: list[dict[str, Any]] = []
@@ -72,10 +81,8 @@ def test_finalists_are_the_likeliest_bests_and_a_clear_winner_stops_early(
     demo: tuple[Config, Landscape],
 ) -> None:
     cfg, land = demo
-    study = _studied(cfg, land, 1)
-    top = finalists._top(cfg, study, "gp")
+    study, top, keys = _with_finalists(cfg, land, 1)
     assert len(top) == cfg.benchmark.finalists == 3
-    keys = [cfg.space.key(st.trial_config(t)) for t in top]
     # Measured again, the first finalist is far ahead of the others (their first values
     # said otherwise, so one round does not settle it yet; the cap is never needed).
     worth = {keys[0]: 1.0, keys[1]: 0.80, keys[2]: 0.80}
@@ -93,9 +100,7 @@ def test_close_finalists_get_more_rounds_up_to_the_cap_and_a_failure_is_out(
     demo: tuple[Config, Landscape],
 ) -> None:
     cfg, land = demo
-    study = _studied(cfg, land, 2)
-    top = finalists._top(cfg, study, "gp")
-    keys = [cfg.space.key(st.trial_config(t)) for t in top]
+    study, top, keys = _with_finalists(cfg, land, 2)
     # Two finalists measure exactly alike every time; the third fails when measured again.
     worth = {keys[0]: 0.99, keys[1]: 0.99, keys[2]: 0.0}
     remeasure = _fixed(land, cfg, worth)
@@ -112,9 +117,8 @@ def test_close_finalists_get_more_rounds_up_to_the_cap_and_a_failure_is_out(
 
 def test_no_finalist_left_means_no_declared_best(demo: tuple[Config, Landscape]) -> None:
     cfg, land = demo
-    study = _studied(cfg, land, 3)
+    study, _, keys = _with_finalists(cfg, land, 3)
     model_pick = st.best_trials(study)[0].number
-    keys = [cfg.space.key(st.trial_config(t)) for t in finalists._top(cfg, study, "gp")]
     assert finalists.validate(cfg, study, _fixed(land, cfg, dict.fromkeys(keys, 0.0))) is None
     assert study.user_attrs[finalists.FINALISTS]["declared_best"] is None
     assert st.best_trials(study)[0].number == model_pick  # the model's pick stands
