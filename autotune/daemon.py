@@ -43,6 +43,8 @@ class StudySummary:
     best: dict[str, Any] | None
     budget_spent: bool
     stopped: str | None = None
+    predicted: int = 0
+    """Configs ruled out by the capacity prediction, without a restart."""
 
 
 def check_unit(
@@ -298,6 +300,7 @@ def _summary(cfg: Config, study: optuna.Study, tally: Tally, *, spent: bool) -> 
         ran=tally.ran,
         deployed=tally.deployed,
         reused=tally.reused,
+        predicted=tally.predicted,
         best=describe(study, best[0]) if best else None,
         budget_spent=spent,
     )

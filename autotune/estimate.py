@@ -71,6 +71,7 @@ def _deployed(t: FrozenTrial) -> bool:
     return (
         t.state in (*FINISHED, TrialState.FAIL)
         and t.user_attrs.get("reused_from") is None
+        and t.user_attrs.get("deployed") is not False
         and t.user_attrs.get("failure") not in ("interrupted", "daemon_died", "infrastructure")
         and t.datetime_start is not None
         and t.datetime_complete is not None

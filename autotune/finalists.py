@@ -185,13 +185,10 @@ def judge_gp(
     trials = [
         t
         for t in gp.measured(study.get_trials(deepcopy=False))
-        if t.values
-        and len(t.values) == 1
-        and t.values[0] > 0
-        and space.complete(st.trial_config(t))
+        if (gp.value_of(t) or 0.0) > 0 and space.complete(st.trial_config(t))
     ]
     X = [features(space, st.trial_config(t)) for t in trials]
-    y = [math.log(t.values[0]) for t in trials]
+    y = [math.log(gp.value_of(t) or 1.0) for t in trials]
     point = gp.point_sd(trials)
     # De-biased first values: a finalist's first measurement is what selected it, so it
     # counts as a noisier one once the finalist has fresh measurements of its own.

@@ -111,6 +111,7 @@ class SearchSpace:
         params: list[Param],
         rules: list[Rule],
         memory_grows_with: tuple[str, ...] = (),
+        memory_per_request: expr.Expr | None = None,
     ):
         self.source = source
         self.engine = engine
@@ -118,6 +119,9 @@ class SearchSpace:
         self.rules = rules
         self.memory_grows_with = memory_grows_with
         """Knobs whose every increase costs memory (see the space file's `memory_grows_with`)."""
+        self.memory_per_request = memory_per_request
+        """KV tokens the engine reserves per running request for a config (the space file's
+        `memory_per_request`); the capacity predictor's input (`autotune/capacity.py`)."""
         self._enumerated: list[Candidate] | None = None  # a space never changes once parsed
         self.order = _topological_order(source, self.params)
 
@@ -221,6 +225,15 @@ class SearchSpace:
                     if name in out and e.names <= out.keys():
                         out[name] = _cast(self.params[name], e(out))
         return out
+
+    def memory_tokens(self, config: Mapping[str, Value]) -> float | None:
+        """`memory_per_request` of a config as the server will run it (rules applied), or
+        None when the space does not say or the config lacks a knob it needs."""
+        e = self.memory_per_request
+        resolved = self.apply_rules(dict(config))
+        if e is None or not e.names <= resolved.keys():
+            return None
+        return float(e(resolved))
 
     def check(self, config: Mapping[str, Value]) -> str | None:
         """Why `config` is not valid for this space, or None."""
@@ -431,10 +444,14 @@ def space_from_dict(data: Any, source: str) -> SearchSpace:
         "rules",
         "description",
         "memory_grows_with",
+        "memory_per_request",
         "extends",
     }
     if unknown:
-        problem = "unknown key (expected params, rules, engine, memory_grows_with, extends)"
+        problem = (
+            "unknown key (expected params, rules, engine, memory_grows_with, "
+            "memory_per_request, extends)"
+        )
         raise ConfigError(source, sorted(unknown)[0], problem)
     if "extends" in data:
         data = _extended(data, source)
@@ -451,7 +468,8 @@ def space_from_dict(data: Any, source: str) -> SearchSpace:
     if engine is not None and not isinstance(engine, str):
         raise ConfigError(source, "engine", f"must be a string, got {engine!r}")
     memory = _memory_knobs(source, data.get("memory_grows_with"), params)
-    space = SearchSpace(source, engine, params, rules, memory)
+    per_request = _memory_per_request(source, data.get("memory_per_request"), names)
+    space = SearchSpace(source, engine, params, rules, memory, per_request)
     _smoke_test(space)
     return space
 
@@ -493,6 +511,18 @@ def _memory_knobs(source: str, raw: Any, params: list[Param]) -> tuple[str, ...]
             problem = f"{name!r} is not a numeric parameter of this space"
             raise ConfigError(source, "memory_grows_with", problem)
     return tuple(raw)
+
+
+def _memory_per_request(source: str, raw: Any, names: set[str]) -> expr.Expr | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, (str, int, float)) or isinstance(raw, bool):
+        problem = "must be an expression over the parameters (tokens per running request)"
+        raise ConfigError(source, "memory_per_request", problem)
+    try:
+        return expr.parse(raw, names)
+    except expr.ExprError as exc:
+        raise ConfigError(source, "memory_per_request", str(exc)) from None
 
 
 def _param(source: str, name: Any, spec: Any, names: set[str]) -> Param:
@@ -601,11 +631,15 @@ def _smoke_test(space: SearchSpace) -> None:
             corners.append([d.low, d.high])
     for combo in itertools.islice(itertools.product(*corners), 256):
         study = dict(zip(dists, combo, strict=True))
+        key = "params"
         try:
-            space.check(space.decode(study))
+            config = space.decode(study)
+            space.check(config)
+            key = "memory_per_request"
+            space.memory_tokens(config)
         except ConfigError:
             raise
         except Exception as exc:  # any evaluation error is the file's fault
             raise ConfigError(
-                space.source, "params", f"cannot evaluate at {study}: {type(exc).__name__}: {exc}"
+                space.source, key, f"cannot evaluate at {study}: {type(exc).__name__}: {exc}"
             ) from None

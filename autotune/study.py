@@ -47,6 +47,10 @@ _COPIED = (
     "draft_acceptance",
     "value_ci",
     "uncertain_levels",
+    "pruned",
+    "predicted_max_running_requests",
+    "predicted_interval",
+    "deployed",
 )
 #: Prefixes of the per-level user attributes (`output_tok_s@c16`) a reused result copies.
 _PER_LEVEL = (
@@ -454,9 +458,10 @@ def recover_stale(study: optuna.Study) -> list[int]:
 
 # -- duplicates --------------------------------------------------------------------
 def find_measured(study: optuna.Study, config: Mapping[str, Any]) -> int | None:
-    """Number of a finished trial that ran the same config (as proposed or as resolved)."""
+    """Number of a finished trial that ran the same config (as proposed or as resolved);
+    a pruned one counts: it is known not to win."""
     wanted = dict(config)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+    for t in study.get_trials(deepcopy=False, states=FINISHED):
         if t.user_attrs.get("reused_from") is not None:
             continue
         # A proposal the server once adjusted will be adjusted the same way again.
@@ -481,6 +486,8 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, earlier: int) -> Froz
         trial.set_constraint(key, value)
     write_legacy_constraints(study, trial._trial_id, constraints)
     trial.set_user_attr("feasible", all(v <= 0 for v in constraints.values()))
+    if src.state == TrialState.PRUNED:
+        return _tell_pruned(study, trial)
     return study.tell(trial, list(src.values or []))
 
 
@@ -493,6 +500,27 @@ def record(
         trial.set_constraint(key, value)
     write_legacy_constraints(study, trial._trial_id, score.constraints)
     return study.tell(trial, score.values)
+
+
+def record_pruned(
+    study: optuna.Study, trial: optuna.Trial, score: objective.Score, attrs: Mapping[str, Any]
+) -> FrozenTrial:
+    """A trial stopped after some levels: PRUNED, with the constraints of the levels it
+    measured and its estimate as the last intermediate value (what TPE and the dashboard
+    read of a pruned trial)."""
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    for key, value in score.constraints.items():
+        trial.set_constraint(key, value)
+    write_legacy_constraints(study, trial._trial_id, score.constraints)
+    return _tell_pruned(study, trial)
+
+
+def _tell_pruned(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial:
+    verdict = study._storage.get_trial(trial._trial_id).user_attrs.get("pruned") or {}
+    if isinstance(verdict.get("estimate"), (int, float)):
+        trial.report(float(verdict["estimate"]), step=len(verdict.get("after_levels") or []))
+    return study.tell(trial, state=TrialState.PRUNED)
 
 
 # -- reading results -----------------------------------------------------------------

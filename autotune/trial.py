@@ -24,6 +24,7 @@ from autotune.deploy.base import Deployer
 from autotune.engines.base import STUDY_FAILURES, Engine, Failure, ServerInfo
 from autotune.errors import DeployError, ServerFailed, StudyStopped
 from autotune.log import get
+from autotune.pruning import PRUNED, LevelPlan, Verdict
 from autotune.space import Config as Params
 from autotune.stopping import StopRequest
 
@@ -41,6 +42,8 @@ class TrialResult:
     server_log: str = ""
     levels: list[dict[str, Any]] = field(default_factory=list)
     reused_from: int | None = None
+    pruned: bool = False
+    """Stopped after some levels (`attrs["pruned"]` says why): recorded PRUNED."""
 
 
 class TrialPipeline:
@@ -69,12 +72,15 @@ class TrialPipeline:
             return self.base_unit
         return self.cfg.space.patch_unit(self.base_unit, params)
 
-    def run(self, params: Params | None, find_measured: FindMeasured) -> TrialResult:
+    def run(
+        self, params: Params | None, find_measured: FindMeasured, plan: LevelPlan | None = None
+    ) -> TrialResult:
         """Deploy `params` (None = the unit unchanged), wait, measure and score it.
 
         A config the server refuses or crashes on is a result (infeasible), not
         an exception. Transport failures (`DeployError`) propagate: they are
-        not the config's fault.
+        not the config's fault. `plan` orders the levels and may stop the trial
+        after one (`autotune/pruning.py`); without it every level runs in order.
         """
         levels = self.cfg.benchmark.concurrency
         unit_text = self.unit_for(params)
@@ -131,7 +137,7 @@ class TrialPipeline:
             return self._result(score, attrs, unit_text)
 
         try:
-            results = self._benchmark(info)
+            results, verdict = self._benchmark(info, plan or LevelPlan(levels))
         except ServerFailed as failed:
             attrs.update(_failure_attrs(failed.kind, failed.reason))
             log.warning("server failed during benchmark", kind=failed.kind, reason=failed.reason)
@@ -139,7 +145,7 @@ class TrialPipeline:
             up = failed.kind == "context_too_small"
             score = objective.unusable(self.cfg.objective, levels, server_up=up)
             return self._result(score, attrs, unit_text)
-        per_level = [results[c] for c in levels]
+        per_level = [results[c] for c in levels if c in results]
         attrs["levels"] = per_level
         for r in per_level:
             c = r["concurrency"]
@@ -161,9 +167,18 @@ class TrialPipeline:
         if rates:
             attrs["draft_acceptance"] = round(sum(rates) / len(rates), 4)
         attrs.update(_uncertainty_attrs(self.cfg, per_level))
-        score = objective.score(self.cfg.objective, levels, results, info.max_running_requests)
+        if verdict is not None:
+            # The constraints of the levels measured; the value is the verdict's estimate.
+            attrs[PRUNED] = verdict.attrs()
+            measured = [c for c in levels if c in results]
+            score = objective.score(
+                self.cfg.objective, measured, results, info.max_running_requests
+            )
+        else:
+            score = objective.score(self.cfg.objective, levels, results, info.max_running_requests)
         result = self._result(score, attrs, unit_text)
         result.levels = per_level
+        result.pruned = verdict is not None
         return result
 
     # -- stages ------------------------------------------------------------------
@@ -200,10 +215,14 @@ class TrialPipeline:
                     next_note = now + 5.0
                 time.sleep(0.25)
 
-    def _benchmark(self, info: ServerInfo) -> dict[int, dict[str, Any]]:
+    def _benchmark(
+        self, info: ServerInfo, plan: LevelPlan
+    ) -> tuple[dict[int, dict[str, Any]], Verdict | None]:
         b = self.cfg.benchmark
         results: dict[int, dict[str, Any]] = {}
-        for i, c in enumerate(b.concurrency, 1):
+        if plan.levels != tuple(b.concurrency):
+            log.info("levels in the order most likely to settle this config", order=plan.levels)
+        for i, c in enumerate(plan.levels, 1):
             self.stop.check()  # a stop lets the running level finish, never starts the next
             settings = bench.LevelSettings(
                 concurrency=c,
@@ -215,8 +234,21 @@ class TrialPipeline:
             )
             log_before = len(self.deployer.logs())
             note = _progress_logger(i, len(b.concurrency), c)
-            row = self._measure_level(settings, note, log_before)
+            measured = {k: float(r["output_throughput"]) for k, r in results.items()}
+            give_up = plan.give_up(c, measured)
+            row = self._measure_level(settings, note, log_before, give_up)
+            value = float(row["output_throughput"])
+            if give_up is not None and give_up.verdict is not None and row.get("cut_short"):
+                results[c] = row
+                self._log_pruned(give_up.verdict, plan, results, "its window so far")
+                return results, give_up.verdict
             if row["ci_target_met"] is False and b.ci_width is not None:
+                sd = {c: float(row["ci_halfwidth"]) / 1.96}
+                early = plan.verdict({**measured, c: value}, sd)
+                if early is not None:
+                    results[c] = row
+                    self._log_pruned(early, plan, results, "one run, before a second")
+                    return results, early
                 # Extended to max_duration and still too noisy: measure it once more and
                 # pool the two (a stall of the host rarely hits both).
                 log.info(
@@ -239,10 +271,42 @@ class TrialPipeline:
                 requests=row["requests"],
                 accept_length=row["accept_length"],
             )
-        return results
+            uncertain = {
+                k: float(r["ci_halfwidth"]) / 1.96
+                for k, r in results.items()
+                if r["ci_target_met"] is False and b.ci_width is not None
+            }
+            measured = {k: float(r["output_throughput"]) for k, r in results.items()}
+            verdict = plan.verdict(measured, uncertain)
+            if verdict is not None:
+                self._log_pruned(verdict, plan, results, "after the level")
+                return results, verdict
+        return results, None
+
+    def _log_pruned(
+        self,
+        verdict: Verdict,
+        plan: LevelPlan,
+        results: Mapping[int, Any],
+        when: str,
+    ) -> None:
+        log.info(
+            "pruned: cannot plausibly beat the best so far",
+            when=when,
+            after_levels=list(verdict.measured),
+            estimate=round(verdict.estimate, 1),
+            best=round(verdict.incumbent_value, 1),
+            best_trial=verdict.incumbent,
+            chance=f"{verdict.p_beat:.2%}",
+            skipped=[lv for lv in plan.levels if lv not in results],
+        )
 
     def _measure_level(
-        self, settings: bench.LevelSettings, note: Callable[[dict[str, Any]], None], log_from: int
+        self,
+        settings: bench.LevelSettings,
+        note: Callable[[dict[str, Any]], None],
+        log_from: int,
+        give_up: bench.GiveUpFn | None = None,
     ) -> dict[str, Any]:
         """One run of a level, with the server's own counters read around it."""
         url = self.cfg.target.base_url
@@ -257,6 +321,7 @@ class TrialPipeline:
                     api_key=self.api_key,
                     endpoint=self.cfg.benchmark.endpoint,
                     on_progress=note,
+                    give_up=give_up,
                 )
             )
         except bench.LevelFailed as exc:

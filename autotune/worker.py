@@ -22,26 +22,38 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import optuna
 from optuna.artifacts._protocol import ArtifactStore
 from optuna.trial import TrialState
 
+from autotune import capacity, pruning
 from autotune import study as st
 from autotune.artifacts import upload_trial
 from autotune.config import Config
 from autotune.errors import DeployError, StudyStopped
 from autotune.log import get
+from autotune.pruning import LevelPlan
 from autotune.stopping import StopRequest, TrialInterrupted
 from autotune.storage import DATABASE_ERRORS, wait_for_database
 from autotune.trial import FindMeasured, TrialResult
 
 log = get("autotune")
 
-#: Measures one config (None: the unit as it is); the trial pipeline in production,
-#: the simulator's model in the sample-efficiency benchmark.
-Measure = Callable[[dict[str, Any] | None, FindMeasured], TrialResult]
+
+class Measure(Protocol):
+    """Measures one config (None: the unit as it is); the trial pipeline in production,
+    the simulator's model in the sample-efficiency benchmark. `plan` orders the levels and
+    may stop the trial early (None: every level, in the configured order)."""
+
+    def __call__(
+        self,
+        params: dict[str, Any] | None,
+        find_measured: FindMeasured,
+        plan: LevelPlan | None = None,
+    ) -> TrialResult: ...
+
 
 #: How often a worker with nothing to propose looks again (others' trials are running).
 POLL_S = 2.0
@@ -54,11 +66,14 @@ class Tally:
     ran: int = 0
     deployed: int = 0
     reused: int = 0
+    predicted: int = 0
+    """Configs recorded infeasible by the capacity prediction, never deployed."""
 
     def add(self, outcome: str) -> None:
         self.ran += 1
-        self.deployed += outcome not in ("reused-before-deploy", "reused-while-running")
+        self.deployed += outcome in ("measured", "reused-after-deploy")
         self.reused += outcome.startswith("reused")
+        self.predicted += outcome == "predicted-infeasible"
 
 
 class Worker:
@@ -150,10 +165,14 @@ class Worker:
                     value=_fmt(frozen.values),
                 )
                 return earlier[1]
+            predicted = self.db(lambda: capacity.below_floor(self.cfg, self.study, params))
+            if predicted is not None:
+                return self._record_predicted(trial, params, predicted)
         try:
+            plan = self.db(lambda: pruning.plan(self.cfg, self.study, params))
             with st.heartbeat(self.study, trial):
                 result = confirm_crash(self.measure)(
-                    params, lambda c: st.find_measured(self.study, c)
+                    params, lambda c: st.find_measured(self.study, c), plan
                 )
         except TrialInterrupted as stopped:
             self._fail(trial, "interrupted", str(stopped))
@@ -197,6 +216,15 @@ class Worker:
         if frozen is None:
             return "measured"
         self.db(lambda: st.update_model_best(self.study, self.cfg.space))
+        if result.pruned:
+            verdict = result.attrs.get(pruning.PRUNED) or {}
+            log.info(
+                "trial pruned",
+                trial=trial.number,
+                after_levels=verdict.get("after_levels"),
+                estimate=verdict.get("estimate"),
+            )
+            return "measured"
         log.info(
             "trial done",
             trial=trial.number,
@@ -205,6 +233,24 @@ class Worker:
             **({"failure": result.attrs["failure"]} if "failure" in result.attrs else {}),
         )
         return "measured"
+
+    def _record_predicted(
+        self, trial: optuna.Trial, params: dict[str, Any], predicted: capacity.Prediction
+    ) -> str:
+        """A config the trials so far show to fall short of the running-requests floor:
+        recorded infeasible with the prediction, and no server restarted for it."""
+        floor = self.cfg.objective.constraints.min_running_requests
+        assert floor is not None
+        attrs = {"config": params, **predicted.attrs(floor)}
+        self.db(lambda: st.record(self.study, trial, capacity.score(self.cfg, predicted), attrs))
+        log.info(
+            "predicted infeasible: not deployed",
+            trial=trial.number,
+            max_running_requests=attrs["predicted_max_running_requests"],
+            interval=attrs["predicted_interval"],
+            required=floor,
+        )
+        return "predicted-infeasible"
 
     def _measured_or_measuring(self, params: dict[str, Any], mine: int) -> tuple[int, str] | None:
         """An earlier result for this config: finished, or (after waiting) another worker's.
@@ -239,6 +285,8 @@ class Worker:
                 trial=trial.number,
             )
             return None
+        if result.pruned:
+            return st.record_pruned(self.study, trial, result.score, result.attrs)
         return st.record(self.study, trial, result.score, result.attrs)
 
     def _fail(self, trial: optuna.Trial, failure: str, reason: str) -> None:
@@ -280,8 +328,10 @@ def confirm_crash(measure: Measure) -> Measure:
     (`first_attempt`, `crash_confirmed`, both server logs).
     """
 
-    def measured(params: dict[str, Any] | None, find_measured: FindMeasured) -> TrialResult:
-        first = measure(params, find_measured)
+    def measured(
+        params: dict[str, Any] | None, find_measured: FindMeasured, plan: LevelPlan | None = None
+    ) -> TrialResult:
+        first = measure(params, find_measured, plan)
         if first.attrs.get("failure") != CRASH:
             return first
         log.warning(
@@ -289,7 +339,7 @@ def confirm_crash(measure: Measure) -> Measure:
             "more before calling the config infeasible",
             reason=first.attrs.get("reason"),
         )
-        second = measure(params, find_measured)
+        second = measure(params, find_measured, plan)
         confirmed = second.attrs.get("failure") == CRASH
         second.attrs["first_attempt"] = {
             k: first.attrs[k] for k in ("failure", "reason") if k in first.attrs

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.efficiency import metrics, parallel, report  # noqa: E402
-from bench.efficiency.candidates import CANDIDATES, CORE  # noqa: E402
+from bench.efficiency.candidates import CANDIDATES, CORE, GPU_TIME  # noqa: E402
 from bench.efficiency.cells import Cell, all_cells  # noqa: E402
 from bench.efficiency.parallel import RoundsTrace, run_rounds  # noqa: E402
 from bench.efficiency.run import Trace, run_one  # noqa: E402
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=int, default=30, help="deployments per study")
     p.add_argument(
         "--candidates",
-        default=",".join(CORE),
+        default=",".join(CORE + GPU_TIME),
         help=f"comma-separated, or 'all' ({', '.join(CANDIDATES)})",
     )
     p.add_argument(

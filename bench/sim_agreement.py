@@ -19,6 +19,7 @@ gap here is a gap in the grade.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import socket
 import statistics
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +82,9 @@ def predicted(
     ]
 
 
-def serve_and_measure(
-    flags: list[str], workload: str, duration: float, levels: tuple[int, ...] = LEVELS
-) -> list[float]:
+@contextlib.contextmanager
+def served(flags: list[str]) -> Iterator[str]:
+    """The simulator with `flags` on a free port, until /health answers; yields its URL."""
     port = free_port()
     sim = subprocess.Popen(
         [sys.executable, "-m", "autotune.sim", "--port", str(port), "--sim-load-time", "0.1",
@@ -100,6 +102,16 @@ def serve_and_measure(
                 if time.monotonic() > deadline or sim.poll() is not None:
                     raise RuntimeError(f"the simulator did not start: {flags}") from None
                 time.sleep(0.1)
+        yield url
+    finally:
+        sim.terminate()
+        sim.wait(10)
+
+
+def serve_and_measure(
+    flags: list[str], workload: str, duration: float, levels: tuple[int, ...] = LEVELS
+) -> list[float]:
+    with served(flags) as url:
         out = subprocess.run(
             [sys.executable, "-m", "autotune", "bench", "--url", url, "--json",
              "--concurrency", ",".join(map(str, levels)), "--workload", workload,
@@ -107,11 +119,8 @@ def serve_and_measure(
              "--max-duration", str(duration), "--ci-width", "0"],
             capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
-        rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-        return [float(r["output_throughput"]) for r in rows]
-    finally:
-        sim.terminate()
-        sim.wait(10)
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return [float(r["output_throughput"]) for r in rows]
 
 
 def agreement(starts: int, duration: float, profiles: list[str]) -> list[dict[str, Any]]:

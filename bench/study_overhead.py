@@ -66,10 +66,10 @@ def one_study(
     server = SimulatedServer(land, random.Random(seed))
     spent = {"measure": 0.0}
 
-    def measure(params, find):  # type: ignore[no-untyped-def]
+    def measure(params, find, plan=None):  # type: ignore[no-untyped-def]
         t = time.perf_counter()
         try:
-            return server(params, find)
+            return server(params, find, plan)
         finally:
             spent["measure"] += time.perf_counter() - t
 

@@ -118,6 +118,8 @@ BAD_INPUT = [
     ("target", ["a"], "target: must be a mapping, got list"),
     ("study.storage", "mysql://db/x", "study.storage: must be a URL like sqlite:///autotune.db or"),
     ("study.heartbeat_grace", 1, "study.heartbeat_grace: must be at least 5"),
+    ("study.prune", "yes", "study.prune: must be true or false, got str 'yes'"),
+    ("study.predict_capacity", 1, "study.predict_capacity: must be true or false, got int 1"),
     ("study.storage", "sqlite://autotune.db", "study.storage: 'sqlite://autotune.db' is not a"),
     ("workers", [], "workers: must be a non-empty list of target overrides"),
     ("workers", ["gpu1"], "workers[0]: must be a mapping of target keys, got str"),

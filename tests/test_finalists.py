@@ -92,7 +92,11 @@ def test_finalists_are_the_likeliest_bests_and_a_clear_winner_stops_early(
     record = study.user_attrs[finalists.FINALISTS]
     assert record["rounds"] < cfg.benchmark.finalist_rounds
     assert record["runs"] == len(remeasure.calls) <= 3 * record["rounds"]
-    assert record["finalists"][str(declared)]["p_near"] >= finalists.CONFIDENCE
+    # Clear: within 1 % of the best with 95 % probability, or the others dropped out.
+    others = [v for n, v in record["finalists"].items() if n != str(declared)]
+    assert record["finalists"][str(declared)]["p_near"] >= finalists.CONFIDENCE or all(
+        v["p_best"] < finalists.DROP_BELOW for v in others
+    )
     assert st.best_trials(study)[0].number == declared
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import random
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +17,8 @@ from autotune.config import load_config
 from autotune.gp.features import features
 from autotune.gp.model import GP
 from autotune.space import load_space, space_from_dict
-from bench.efficiency.cells import Cell, baseline_flags, landscape
-from bench.efficiency.run import in_memory_study, run_to
-from bench.efficiency.simulated import SimulatedServer
+from bench.efficiency.cells import Cell, landscape
+from tests.modelled import run_study
 
 REPO = Path(__file__).resolve().parent.parent
 EAGLE = load_space(REPO / "search_spaces" / "sglang-eagle.yaml")
@@ -53,22 +51,6 @@ def test_every_config_is_a_distinct_point_of_the_unit_cube() -> None:
     assert features(EAGLE, {STEPS: 8, TOPK: 2, DRAFT: 9}) == [1.0, pytest.approx(1 / 3), nine]
 
 
-def run_study(cell: Cell, deployments: int, seed: int) -> tuple[optuna.Study, SimulatedServer]:
-    """A real study loop (worker.Worker, the default sampler) against the sim's model."""
-    land = landscape(cell)
-    cfg = land.cfg
-    cfg = dataclasses.replace(cfg, study=dataclasses.replace(cfg.study, seed=seed))
-    study = in_memory_study(cfg, st.make_sampler(cfg))
-    baseline = st.baseline_of(cfg.space, baseline_flags(cell))
-    st.enqueue_baseline_once(study, baseline)
-    server = SimulatedServer(land, random.Random(seed))
-    total = 0
-    while len(server.deployed) < deployments and total < 3 * deployments:
-        total += 1
-        run_to(cfg, study, server, baseline, total)
-    return study, server
-
-
 def test_the_sampler_deploys_no_config_twice_and_nothing_a_memory_failure_rules_out() -> None:
     # 10 of 427 configs leave the 16 running requests this objective asks for.
     study, server = run_study(Cell("sglang-eagle", QWEN, "natural", "geomean"), 20, seed=1)
@@ -85,9 +67,13 @@ def test_the_sampler_deploys_no_config_twice_and_nothing_a_memory_failure_rules_
         if t.user_attrs.get("failure") in ("capacity", "out_of_memory"):
             ran_out.append(knobs)
     assert ran_out  # the check above was exercised
-    # With every config measured or ruled out, proposals are answered from earlier results.
+    # With every config measured or ruled out, proposals are answered from earlier results
+    # or from the capacity prediction (never wrongly: each one it skipped falls short).
     reused = [t for t in study.trials if t.user_attrs.get("reused_from") is not None]
-    assert len(server.deployed) < 20 and reused
+    predicted = [t for t in study.trials if t.user_attrs.get("failure") == "capacity_predicted"]
+    land = landscape(Cell("sglang-eagle", QWEN, "natural", "geomean"))
+    assert not any(land.truth(st.trial_config(t)).feasible for t in predicted)
+    assert len(server.deployed) < 20 and (reused or predicted)
 
 
 def test_the_declared_best_is_the_models_pick_and_the_finalists_overrule_it() -> None:

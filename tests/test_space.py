@@ -139,6 +139,22 @@ def test_bad_memory_knobs_name_the_key(tmp_path, value, problem) -> None:
     assert "memory_grows_with" in str(err.value) and problem in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        (["steps"], "must be an expression over the parameters"),
+        ("speculative_num_steps * width", "width"),
+        ("speculative_num_steps / (speculative_eagle_topk - 1)", "cannot evaluate at"),
+    ],
+)
+def test_bad_memory_per_request_names_the_key(value, problem) -> None:
+    data = yaml.safe_load(EAGLE.read_text())
+    data["memory_per_request"] = value
+    with pytest.raises(ConfigError) as err:
+        space_from_dict(data, "space.yaml")
+    assert "memory_per_request" in str(err.value) and problem in str(err.value)
+
+
 # -- parameters that apply only under a condition -------------------------------------
 CONDITIONAL = {
     "engine": "llama.cpp",

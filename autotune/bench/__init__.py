@@ -10,10 +10,11 @@ all C request slots are busy. See docs/benchmark.md.
 """
 
 from autotune.bench.result import LevelResult, LevelSettings
-from autotune.bench.runner import LevelFailed, run_level
+from autotune.bench.runner import GiveUpFn, LevelFailed, run_level
 from autotune.bench.workload import Workload, load_workload
 
 __all__ = [
+    "GiveUpFn",
     "LevelFailed",
     "LevelResult",
     "LevelSettings",

@@ -158,6 +158,9 @@ class LevelResult:
     """Draft tokens proposed over every request of the level, warmup included, from the
     requests' own `timings` (llama.cpp); None when the server sends none."""
     draft_accepted: int | None = None
+    cut_short: bool = False
+    """The window ended early because the caller's `give_up` said the config cannot win
+    (`autotune/pruning.py`): the figures hold, with the CI of the shorter window."""
 
     @property
     def draft_acceptance(self) -> float | None:

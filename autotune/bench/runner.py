@@ -60,6 +60,9 @@ class LevelFailed(AutotuneError):
 
 
 ProgressFn = Callable[[dict[str, Any]], None]
+#: Asked every tick once the window is min_duration_s long, with the window's tok/s so far
+#: and its relative 95 % CI: True ends the window there (the config cannot win anyway).
+GiveUpFn = Callable[[float, float], bool]
 
 
 async def run_level(
@@ -71,6 +74,7 @@ async def run_level(
     api_key: str | None = None,
     endpoint: str = "chat",
     on_progress: ProgressFn | None = None,
+    give_up: GiveUpFn | None = None,
 ) -> LevelResult:
     """Measure one concurrency level of a running OpenAI-compatible or SGLang server.
 
@@ -92,7 +96,7 @@ async def run_level(
             ignore_eos=workload.ignore_eos,
             timeout_s=settings.request_timeout_s,
         )
-        return await _Level(streamer, workload, settings, on_progress).run()
+        return await _Level(streamer, workload, settings, on_progress, give_up).run()
 
 
 async def discover_model(client: httpx.AsyncClient) -> str | None:
@@ -115,8 +119,11 @@ class _Level:
         workload: Workload,
         settings: LevelSettings,
         on_progress: ProgressFn | None,
+        give_up: GiveUpFn | None = None,
     ) -> None:
         self.streamer = streamer
+        self.give_up = give_up
+        self.cut_short = False
         self.endpoint = streamer.endpoint
         self.workload = workload
         self.settings = settings
@@ -298,11 +305,24 @@ class _Level:
                 ):
                     self.stopping = True
                     self.stop_at = now
+                elif window >= s.min_duration_s and self._gives_up(now, ci):
+                    self.stopping = self.cut_short = True
+                    self.stop_at = now
             if self.stopping and self.abort_reason is None:
                 self._cancel_queued()
             if now >= next_progress:
                 next_progress = now + PROGRESS_EVERY_S
                 self._progress(self._live_status(now, ci))
+
+    def _gives_up(self, now: float, ci: float) -> bool:
+        if self.give_up is None or self.win_start is None or not math.isfinite(ci):
+            return False
+        rate = self.live.rate(self.win_start, now)
+        try:
+            return rate > 0 and self.give_up(rate, ci)
+        except Exception as exc:  # a broken caller must not end the level
+            _log.warning("give_up callback failed", error=repr(exc))
+            return False
 
     def _cancel_queued(self) -> None:
         """After the stop, drop requests the server still queues (only when C > its slots).
@@ -471,6 +491,7 @@ class _Level:
             tokens_per_chunk=all_tokens / chunks if chunks else 0.0,
             mean_output_tokens=all_tokens / len(ok),
             finished_by_length=sum(1 for r in ok if r.finish_reason == "length") / len(ok),
+            cut_short=self.cut_short,
             accept_length=accept,
             temperature=wl.temperature,
             ignore_eos=wl.ignore_eos,

@@ -1,14 +1,25 @@
 """autotune's own Bayesian optimisation: a GP over the enumerated configs of a small space."""
 
 from .model import GP
-from .sampler import PRIOR_LOG_SD, EnumeratedGPSampler, config_of, measured, point_sd, recommend
+from .sampler import (
+    PRIOR_LOG_SD,
+    PRUNED,
+    EnumeratedGPSampler,
+    config_of,
+    measured,
+    point_sd,
+    recommend,
+    value_of,
+)
 
 __all__ = [
     "GP",
     "PRIOR_LOG_SD",
+    "PRUNED",
     "EnumeratedGPSampler",
     "config_of",
     "measured",
     "point_sd",
     "recommend",
+    "value_of",
 ]

@@ -55,6 +55,8 @@ PRIOR_LOG_SD = 0.3
 STARTUP_DRAWS = 8
 #: Failure kinds after which a config with at least as much of every memory knob fails too.
 MEMORY_FAILURES = ("out_of_memory", "capacity")
+#: The user attribute a pruned trial keeps its verdict in (`autotune/pruning.py`).
+PRUNED = "pruned"
 
 
 class EnumeratedGPSampler(optuna.samplers.BaseSampler):
@@ -81,7 +83,7 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
     ) -> dict[str, Any]:
         if not search_space:
             return {}
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
         done = [t for t in measured(trials) if _placeable(self._space, config_of(t))]
         busy = [
             config_of(t)
@@ -169,11 +171,11 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
         """
         constraints = {t.number: t.constraints for t in done}  # a property that parses attrs
         up = [t for t in done if constraints[t.number].get(SERVER_UP, 0.0) <= 0]
-        scored = [t for t in up if t.values and t.values[0] > 0]
+        scored = [t for t in up if (value_of(t) or 0.0) > 0]
         Xp = self._X[pool]
         if scored:
             X = self._inputs(scored)
-            y = np.array([math.log(t.values[0]) for t in scored])
+            y = np.array([math.log(value_of(t) or 1.0) for t in scored])
             model = GP.fit(
                 X, y, prior_sd=PRIOR_LOG_SD, noise_sd=NOISE_SD, point_sd=point_sd(scored)
             )
@@ -213,14 +215,15 @@ def recommend(space: SearchSpace, trials: Sequence[FrozenTrial]) -> FrozenTrial 
     maximised values only; None when nothing is feasible.
     """
     done = [t for t in measured(trials) if _placeable(space, config_of(t))]
-    scored = [t for t in done if t.values and len(t.values) == 1 and t.values[0] > 0]
-    feasible = [t for t in scored if _feasible(t)]
+    scored = [t for t in done if (value_of(t) or 0.0) > 0]
+    # A pruned trial teaches the model, but only a trial measured at every level is a pick.
+    feasible = [t for t in scored if t.state == TrialState.COMPLETE and _feasible(t)]
     if not feasible:
         return None
     if len(scored) < 3:
         return max(feasible, key=lambda t: (t.values[0], -t.number))
     X = np.array([features(space, config_of(t)) for t in scored])
-    y = np.array([math.log(t.values[0]) for t in scored])
+    y = np.array([math.log(value_of(t) or 1.0) for t in scored])
     Xf = np.array([features(space, config_of(t)) for t in feasible])
     model = GP.fit(
         X, y, prior_sd=PRIOR_LOG_SD, noise_sd=RECOMMEND_NOISE_SD, point_sd=point_sd(scored)
@@ -235,6 +238,10 @@ def point_sd(trials: Sequence[FrozenTrial]) -> list[float]:
     relative to the value); 0 for a trial whose levels all met it."""
     out = []
     for t in trials:
+        pruned = t.user_attrs.get(PRUNED) if t.state == TrialState.PRUNED else None
+        if isinstance(pruned, dict):
+            out.append(float(pruned.get("log_sd") or 0.0))
+            continue
         ci = t.user_attrs.get("value_ci") if t.user_attrs.get("uncertain_levels") else None
         out.append(float(ci) / 1.96 if isinstance(ci, (int, float)) and ci > 0 else 0.0)
     return out
@@ -250,14 +257,28 @@ def config_of(t: FrozenTrial) -> dict[str, Any]:
 
 
 def measured(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
-    """Complete trials that ran a config (copies of an earlier result excluded)."""
+    """Trials that ran a config: complete ones, and pruned ones with their estimate (copies
+    of an earlier result excluded)."""
     return [
         t
         for t in trials
-        if t.state == TrialState.COMPLETE
+        if (
+            t.state == TrialState.COMPLETE
+            or (t.state == TrialState.PRUNED and isinstance(t.user_attrs.get(PRUNED), dict))
+        )
         and t.user_attrs.get("reused_from") is None
         and config_of(t)
     ]
+
+
+def value_of(t: FrozenTrial) -> float | None:
+    """The single objective value the model learns from: a complete trial's value; for a
+    pruned one, the estimate from the levels it measured (autotune/pruning.py)."""
+    if t.state == TrialState.PRUNED:
+        pruned = t.user_attrs.get(PRUNED)
+        estimate = pruned.get("estimate") if isinstance(pruned, dict) else None
+        return float(estimate) if isinstance(estimate, (int, float)) else None
+    return float(t.values[0]) if t.values and len(t.values) == 1 else None
 
 
 def _placeable(space: SearchSpace, config: dict[str, Any]) -> bool:

@@ -14,7 +14,9 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import study as st
+from autotune.capacity import FAILURE as CAPACITY_PREDICTED
 from autotune.config import Config
+from autotune.pruning import PRUNED
 from autotune.storage import redact
 
 #: Study user attribute where the closing re-measurement of the top configs is kept.
@@ -44,6 +46,11 @@ class TrialRow:
     """The value's relative 95 % half-width, from its levels' confidence intervals."""
     uncertain_levels: tuple[int, ...] = ()
     """Levels that missed the confidence target even when measured twice."""
+    pruned: Mapping[str, Any] | None = None
+    """Stopped after some levels (`autotune/pruning.py`): the levels measured, the value
+    they let expect, and the best trial it could not plausibly beat."""
+    predicted: bool = False
+    """Ruled out by the capacity prediction without a server (`autotune/capacity.py`)."""
 
     @property
     def measured(self) -> bool:
@@ -52,8 +59,9 @@ class TrialRow:
 
     @property
     def deployed(self) -> bool:
-        """This trial started a server (a reused result found before deploying did not)."""
-        return self.reused_from is None
+        """This trial started a server (a reused result found before deploying did not, nor
+        did a config predicted to fall short of the running-requests floor)."""
+        return self.reused_from is None and not self.predicted
 
 
 @dataclass(frozen=True)
@@ -91,7 +99,7 @@ class StudyData:
     settings: Mapping[str, Any]
     """The config summary the study ran with (study user attribute `autotune_config`)."""
     trials: list[TrialRow]
-    """Finished (COMPLETE) trials, by number."""
+    """Finished trials (COMPLETE, and PRUNED: stopped after some levels), by number."""
     unfinished: dict[str, int]
     """Other trials by state: FAIL (not the config's fault), RUNNING, WAITING."""
     best: list[int]
@@ -116,7 +124,11 @@ class StudyData:
 
     @property
     def infeasible(self) -> list[TrialRow]:
-        return [t for t in self.trials if not t.feasible]
+        return [t for t in self.trials if not t.feasible and t.pruned is None]
+
+    @property
+    def pruned(self) -> list[TrialRow]:
+        return [t for t in self.trials if t.pruned is not None]
 
     @property
     def winner(self) -> TrialRow | None:
@@ -124,10 +136,10 @@ class StudyData:
 
 
 def load(cfg: Config, study: optuna.Study) -> StudyData:
-    finished = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    finished = study.get_trials(deepcopy=False, states=st.FINISHED)
     unfinished: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
-        if t.state != TrialState.COMPLETE:
+        if t.state not in st.FINISHED:
             unfinished[t.state.name] = unfinished.get(t.state.name, 0) + 1
     settings = study.user_attrs.get(st.STUDY_CONFIG) or cfg.summary()
     concurrency = [int(c) for c in settings.get("benchmark", {}).get("concurrency", [])]
@@ -208,6 +220,8 @@ def trial_row(t: FrozenTrial) -> TrialRow:
         },
         value_ci=a.get("value_ci"),
         uncertain_levels=tuple(a.get("uncertain_levels") or ()),
+        pruned=a.get(PRUNED) if t.state == TrialState.PRUNED else None,
+        predicted=a.get("failure") == CAPACITY_PREDICTED,
     )
 
 

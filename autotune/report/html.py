@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.pruning import PRUNE_BELOW
 from autotune.report.data import LevelBest, StudyData, TrialRow, schedule, short
 from autotune.report.units import UnitDiff
 
@@ -87,6 +88,7 @@ def render(page: Page) -> str:
         _winner_unit(page.diff),
         _settings(page),
         _infeasible(page),
+        _pruned(page),
         _all_trials(page),
         "</main></body></html>",
     ]
@@ -134,6 +136,11 @@ def _summary(page: Page) -> str:
         ("feasible", sum(t.feasible for t in d.trials)),
         ("infeasible", len(d.infeasible)),
     ]
+    if d.pruned:
+        kpis.append(("pruned (stopped early)", len(d.pruned)))
+    predicted = sum(t.predicted and t.reused_from is None for t in d.trials)
+    if predicted:
+        kpis.append(("ruled out by prediction", predicted))
     kpis += [(f"{state.lower()} (not counted)", n) for state, n in sorted(d.unfinished.items())]
     body = "".join(f'<span class="kpi"><b>{esc(v)}</b>{esc(k)}</span>' for k, v in kpis)
     spent = f"{esc(d.time)}; " if d.time else ""
@@ -383,6 +390,42 @@ def _infeasible(page: Page) -> str:
     return _section("infeasible", "Infeasible trials", intro + _table(head, body_rows))
 
 
+def _feasible_cell(t: TrialRow) -> str:
+    if t.pruned is not None:
+        return "pruned"
+    return '<span class="good">yes</span>' if t.feasible else '<span class="bad">no</span>'
+
+
+def _pruned(page: Page) -> str:
+    rows = page.data.pruned
+    if not rows:
+        return ""
+    head = ["trial", "config", "levels measured", "tok/s there", "expected value", "best then",
+            "chance to beat it"]  # fmt: skip
+    body_rows = []
+    for t in rows:
+        p = t.pruned or {}
+        after = [int(c) for c in p.get("after_levels") or []]
+        body_rows.append(
+            [
+                esc(t.number),
+                f"<code>{esc(_config_text(t.config))}</code>",
+                esc(", ".join(f"c={c}" for c in after)),
+                esc(", ".join(_num(t.throughput.get(c)) for c in after)),
+                _cell_num(_num(p.get("estimate"))),
+                esc(f"trial {p.get('incumbent')}: {_num(p.get('incumbent_value'))}"),
+                _cell_num(f"{float(p.get('p_beat') or 0.0):.2%}"),
+            ]
+        )
+    intro = (
+        "<p>Trials stopped after some of their levels: with what they measured and what the "
+        "level models predict for the rest, beating the best trial was implausible (under "
+        f"{100 * PRUNE_BELOW:g} %). The sampler learns from the expected value; none of them "
+        "can be declared best or be a finalist.</p>"
+    )
+    return _section("pruned", "Pruned trials", intro + _table(head, body_rows))
+
+
 def _all_trials(page: Page) -> str:
     d = page.data
     head = [
@@ -404,6 +447,11 @@ def _all_trials(page: Page) -> str:
         if t.uncertain_levels:
             levels = ",".join(str(c) for c in t.uncertain_levels)
             note.append(f"uncertain at c={levels} (missed the confidence target twice)")
+        if t.pruned is not None:
+            after = ",".join(str(c) for c in t.pruned.get("after_levels") or [])
+            note.append(f"pruned after c={after}")
+        if t.predicted:
+            note.append("predicted below the running-requests floor, not deployed")
         rows.append(
             [
                 esc(t.number),
@@ -412,7 +460,7 @@ def _all_trials(page: Page) -> str:
                 *[_cell_num(_num(t.throughput.get(c))) for c in d.concurrency],
                 _cell_num("—" if t.value_ci is None else f"{t.value_ci:.1%}"),
                 _cell_num(t.max_running_requests if t.max_running_requests is not None else "—"),
-                '<span class="good">yes</span>' if t.feasible else '<span class="bad">no</span>',
+                _feasible_cell(t),
                 esc(", ".join(note)),
             ]
         )

@@ -323,6 +323,12 @@ def _mean(dist: Sequence[float]) -> float:
     return sum((i + 1) * p for i, p in enumerate(dist))
 
 
+def _cv(dist: Sequence[float]) -> float:
+    m = _mean(dist)
+    m2 = sum((i + 1) ** 2 * p for i, p in enumerate(dist))
+    return math.sqrt(max(m2 - m * m, 0.0)) / m
+
+
 def accept_rate(spec: Spec, length: float) -> float:
     """Share of drafted depth that was accepted, as the decode log reports it."""
     return (length - 1.0) / spec.steps if spec.on else 0.0
@@ -461,6 +467,9 @@ def predict_level(
         "output_throughput": round(throughput, 2),
         "request_throughput": round(req_rate, 4),
         "accept_length": round(length, 4),
+        # Spread of the tokens one verify step emits, relative to their mean: how noisy a
+        # throughput measurement over a few seconds is (bench/efficiency/cost.py).
+        "accept_cv": round(_cv(dist), 4),
         "accept_rate": round(accept_rate(spec, length), 4),
         "iteration_ms": round(t_iter * 1000.0, 3),
         "tpot_ms": round((cycle - t_prefill) / max(mean_out - 1.0, 1.0) * 1000.0, 3),

@@ -61,6 +61,9 @@ def _docs_batch(cfg: Config, start: dict[str, Any] | None) -> list[dict[str, Any
 #: (tpe-group proposes exactly what tpe proposes on these spaces -- every trial has every
 #: parameter, so there is one group -- and is left to `--candidates all`.)
 CORE = ("default", "tpe", "tpe-independent", "tpe-startup10", "random", "grid")
+#: The default before it cut trials short and skipped predictable restarts, and each
+#: half alone: what `make bench-efficiency` puts side by side in its GPU-time table.
+GPU_TIME = ("before", "no-prune", "no-predict")
 
 CANDIDATES: dict[str, Candidate] = {
     c.name: c
@@ -85,6 +88,20 @@ CANDIDATES: dict[str, Candidate] = {
             study={"sampler": "random"},
             first=lambda cfg, _start: grid_on_space(cfg.space),
             only_first=True,
+        ),
+        Candidate(
+            "before",
+            "default without pruning and without the capacity prediction (the default "
+            "before GPU time was measured)",
+            study={"prune": False, "predict_capacity": False},
+        ),
+        Candidate(
+            "no-prune", "default without pruning (capacity prediction on)", study={"prune": False}
+        ),
+        Candidate(
+            "no-predict",
+            "default without the capacity prediction (pruning on)",
+            study={"predict_capacity": False},
         ),
         # -- ablations and what else was tried (--candidates all) ---------------------
         Candidate(

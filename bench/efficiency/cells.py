@@ -15,7 +15,7 @@ from typing import Any
 
 from autotune import truth, unitfile
 from autotune.config import Config, config_from_dict
-from autotune.sim.profiles import PROFILES, get_profile
+from autotune.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
 from autotune.truth import Truth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,6 +78,8 @@ class Landscape:
     cfg: Config
     by_key: dict[tuple[tuple[str, Any], ...], Truth]
     best: Truth
+    profile: str = DEFAULT_PROFILE
+    """The simulator profile: what a deployment costs to load (`cost.LOAD_S`)."""
 
     def truth(self, config: dict[str, Any]) -> Truth:
         return self.by_key[self.cfg.space.key(config)]
@@ -110,7 +112,7 @@ def landscape(cell: Cell) -> Landscape:
         input_len=truth.benchmark_input_len(cfg.benchmark.workload, cfg.benchmark.endpoint),
     )
     by_key = {cfg.space.key(t.config): t for t in table}
-    return Landscape(cfg, by_key, truth.optimum(table))
+    return Landscape(cfg, by_key, truth.optimum(table), cell.profile)
 
 
 #: The unit's speculative settings before tuning: what SGLang chooses itself when a unit

@@ -23,6 +23,14 @@ class Stats:
     regret: tuple[float, ...]  # mean 1 - best/optimum after REGRET_AT deployments
     applied: tuple[float, ...]  # share of runs whose finalists' winner reached TARGET, APPLIED_AT
     finalist_runs: tuple[float, ...]  # mean deployments of the finalist stage, APPLIED_AT
+    gpu_h_median: float  # GPU-hours until the declared best is worth TARGET (math.inf: never)
+    gpu_h_p90: float
+    gpu_h_total: float  # mean GPU-hours of the whole study (its budget of deployments)
+    skipped: float  # mean configs per study ruled out by the capacity prediction
+    wrongly_skipped: int  # over every study: skipped configs that were feasible
+    pruned: float  # mean deployments per study stopped after some levels
+    good_pruned: int  # over every study: pruned configs worth TARGET
+    optimum_pruned: int  # over every study: the optimum pruned
 
 
 def trials_to_target(trace: Trace, target: float = TARGET, *, found: bool = False) -> float:
@@ -34,6 +42,12 @@ def trials_to_target(trace: Trace, target: float = TARGET, *, found: bool = Fals
         if ratio >= target - 1e-12:
             return float(i)
     return math.inf
+
+
+def gpu_hours_to_target(trace: Trace, target: float = TARGET) -> float:
+    """GPU-hours spent until the declared best is worth `target` of the optimum."""
+    n = trials_to_target(trace, target)
+    return math.inf if math.isinf(n) else trace.gpu_s[int(n) - 1] / 3600.0
 
 
 def ratio_after(trace: Trace, n: int) -> float:
@@ -67,4 +81,12 @@ def summarise(traces: Sequence[Trace], budget: int) -> Stats:
         finalist_runs=tuple(
             sum(t.finalist_runs[i] for t in traces) / len(traces) for i in range(len(APPLIED_AT))
         ),
+        gpu_h_median=percentile([gpu_hours_to_target(t) for t in traces], 0.5),
+        gpu_h_p90=percentile([gpu_hours_to_target(t) for t in traces], 0.9),
+        gpu_h_total=sum(t.gpu_s[-1] if t.gpu_s else 0.0 for t in traces) / len(traces) / 3600,
+        skipped=sum(t.skipped for t in traces) / len(traces),
+        wrongly_skipped=sum(t.wrongly_skipped for t in traces),
+        pruned=sum(t.pruned for t in traces) / len(traces),
+        good_pruned=sum(t.good_pruned for t in traces),
+        optimum_pruned=sum(t.optimum_pruned for t in traces),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -98,7 +99,11 @@ def markdown(
         "deployments that took, on average.",
         *[f"- {note}" for note in _space_notes(cells)],
         "",
-        "| cell | configs (feasible, >=98 %) | candidate | median | p90 | found | reached "
+        "- GPU-h: GPU-hours until the declared best is worth 98 % (median / p90 over the "
+        "seeds): every deployment is charged its model load and the benchmark levels it ran "
+        "(`bench/efficiency/cost.py`), times the profile's GPUs.",
+        "",
+        "| cell | configs (feasible, >=98 %) | candidate | median | p90 | GPU-h | found | reached "
         "| infeasible | "
         + " | ".join(f"regret@{n}" for n in REGRET_AT)
         + " | "
@@ -106,7 +111,7 @@ def markdown(
         + " | "
         + " | ".join(f"finalist runs@{n}" for n in APPLIED_AT)
         + " |",
-        "|---|---|---|---|---|---|---|---|" + "---|" * (len(REGRET_AT) + 2 * len(APPLIED_AT)),
+        "|---|---|---|---|---|---|---|---|---|" + "---|" * (len(REGRET_AT) + 2 * len(APPLIED_AT)),
     ]
     for cell in cells:
         shape = _shape(cell)
@@ -119,11 +124,13 @@ def markdown(
             applied += " | " + " | ".join(f"{r:.1f}" for r in s.finalist_runs)
             lines.append(
                 f"| {cell.label} | {shape} | {name} | {_n(s.t98_median, budget)} "
-                f"| {_n(s.t98_p90, budget)} | {_n(s.found_median, budget)} "
+                f"| {_n(s.t98_p90, budget)} | {_h(s.gpu_h_median)} / {_h(s.gpu_h_p90)} "
+                f"| {_n(s.found_median, budget)} "
                 f"| {100 * s.reached:.0f} % | {100 * s.infeasible:.0f} % | {regret} | {applied} |"
             )
             shape = ""
     lines += ["", *_summary(results, candidates, budget)]
+    lines += gpu_time(results, cells)
     for name in ("default",):
         found = verdicts(results, name, budget)
         if not found:
@@ -179,6 +186,92 @@ def _summary(
             f"| {100 * sum(s.infeasible for s in rows) / len(rows):.0f} % |"
         )
     return lines
+
+
+def gpu_time(results: Mapping[tuple[Cell, str], Stats], cells: Sequence[Cell]) -> list[str]:
+    """The default against the default before pruning and capacity prediction, per cell."""
+    if not any((c, "before") in results and (c, "default") in results for c in cells):
+        return []
+    alone = [n for n in ("no-prune", "no-predict") if any((c, n) in results for c in cells)]
+    lines = [
+        "",
+        "## GPU time: the default against the default before it pruned and predicted",
+        "",
+        "GPU-hours until the declared best is worth 98 % of the optimum (median / p90 over the "
+        "seeds), side by side on the same seeds; `before` is the default with `study.prune` "
+        "and `study.predict_capacity` off"
+        + (f"; {', '.join(alone)} turn one of them off" if alone else "")
+        + ". whole study: mean GPU-hours of all 30 deployments. skipped: configs per study "
+        "the capacity prediction ruled out without a restart (wrongly: feasible ones, over "
+        "all seeds). pruned: deployments per study stopped after some levels (>=98 %: pruned "
+        "configs worth 98 % of the optimum; optimum: the optimum itself, over all seeds).",
+        "",
+        "| cell | before | default | default / before | "
+        + "".join(f"{n} | " for n in alone)
+        + "whole study: before | "
+        + "".join(f"{n} | " for n in alone)
+        + "default | skipped (wrongly) | pruned (>=98 %, optimum) |",
+        "|---|---|---|---|" + "---|" * (2 * len(alone)) + "---|---|---|---|",
+    ]
+    ratios = []
+    for cell in cells:
+        before, now = results.get((cell, "before")), results.get((cell, "default"))
+        if before is None or now is None:
+            continue
+        ratio = _ratio(now.gpu_h_median, before.gpu_h_median)
+        ratios.append((ratio, cell))
+        others = "".join(
+            f"{_h(results[(cell, n)].gpu_h_median)} | " if (cell, n) in results else "— | "
+            for n in alone
+        )
+        whole = "".join(
+            f"{_h(results[(cell, n)].gpu_h_total)} | " if (cell, n) in results else "— | "
+            for n in alone
+        )
+        lines.append(
+            f"| {cell.label} | {_h(before.gpu_h_median)} / {_h(before.gpu_h_p90)} "
+            f"| {_h(now.gpu_h_median)} / {_h(now.gpu_h_p90)} | {ratio:.2f} | {others}"
+            f"{_h(before.gpu_h_total)} | {whole}{_h(now.gpu_h_total)} "
+            f"| {now.skipped:.1f} ({now.wrongly_skipped}) "
+            f"| {now.pruned:.1f} ({now.good_pruned}, {now.optimum_pruned}) |"
+        )
+    finite = sorted(r for r, _ in ratios if math.isfinite(r))
+    if finite:
+        worst = max(ratios, key=lambda rc: rc[0])
+        saved = [
+            1 - results[(c, "default")].gpu_h_total / results[(c, "before")].gpu_h_total
+            for _, c in ratios
+            if results[(c, "before")].gpu_h_total > 0
+        ]
+        lines += [
+            "",
+            f"Whole study (30 deployments): {100 * statistics.median(saved):.0f} % less GPU "
+            f"time in the median cell, {100 * max(saved):.0f} % in the best.",
+        ]
+        lines += [
+            "",
+            f"Median cell: default / before = {statistics.median(finite):.2f}; worst "
+            f"cell {worst[0]:.2f} ({worst[1].label}). Optimum pruned: "
+            f"{sum(results[(c, 'default')].optimum_pruned for _, c in ratios)}; feasible "
+            "configs skipped by the capacity prediction: "
+            f"{sum(results[(c, 'default')].wrongly_skipped for _, c in ratios)}.",
+        ]
+    return lines
+
+
+def _ratio(a: float, b: float) -> float:
+    if math.isinf(a) and math.isinf(b):
+        return 1.0
+    if math.isinf(a) or b == 0:
+        return math.inf
+    return a / b
+
+
+def _h(x: float) -> str:
+    """GPU-hours to three significant digits; `never` when not within the budget."""
+    if math.isinf(x):
+        return "never"
+    return f"{x:.3g}"
 
 
 def _n(x: float, budget: int | None = None) -> str:

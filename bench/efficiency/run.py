@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import optuna
 
-from autotune import finalists, objective, worker
+from autotune import capacity, finalists, objective, worker
 from autotune import study as st
 from autotune.config import Config
 
@@ -41,6 +41,18 @@ class Trace:
     `benchmark.finalist_rounds` rounds, as autotune's defaults)."""
     finalist_runs: tuple[int, ...] = ()
     """Deployments the finalist stage spent at each of APPLIED_AT."""
+    gpu_s: tuple[float, ...] = ()
+    """GPU-seconds spent by the end of each deployment (loads and levels, `cost.py`)."""
+    skipped: int = 0
+    """Configs the capacity prediction ruled out without deploying them."""
+    wrongly_skipped: int = 0
+    """Of those, configs that would have been feasible."""
+    pruned: int = 0
+    """Deployments stopped after some of their levels."""
+    good_pruned: int = 0
+    """Of those, configs worth 98 % of the optimum."""
+    optimum_pruned: int = 0
+    """Of those, the optimum itself."""
 
 
 def in_memory_study(cfg: Config, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -80,6 +92,8 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
     measured: set[tuple] = set()
     applied: list[float] = []
     runs: list[int] = []
+    gpu_s: list[float] = []
+    tally = {"skipped": 0, "wrongly_skipped": 0, "pruned": 0, "good_pruned": 0, "optimum": 0}
     trials = 0
     while len(ratios) < budget and trials < budget * MAX_TRIALS_PER_DEPLOYMENT:
         if cand.only_first and not _waiting(study):
@@ -87,9 +101,18 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
         trials += 1
         before = len(server.deployed)
         run_to(cfg, study, server, baseline, trials)
+        last = _latest(study)
+        if last.user_attrs.get("failure") == capacity.FAILURE:
+            tally["skipped"] += 1
+            tally["wrongly_skipped"] += land.truth(st.trial_config(last)).feasible
         if len(server.deployed) == before:
-            continue  # answered from an earlier trial: nothing deployed, nothing spent
+            continue  # answered from an earlier trial or predicted: nothing deployed or spent
         config = server.deployed[-1]
+        gpu_s.append(server.gpu_seconds[-1] * server.cost.gpus + (gpu_s[-1] if gpu_s else 0.0))
+        if last.state == optuna.trial.TrialState.PRUNED:
+            tally["pruned"] += 1
+            tally["good_pruned"] += land.ratio(config) >= 0.98 - 1e-12
+            tally["optimum"] += land.ratio(config) >= 1.0 - 1e-9
         measured.add(cfg.space.key(config))
         best = _raw_best(study) if cand.raw_best else st.best_trials(study)
         ratios.append(land.ratio(st.trial_config(best[0])) if best else 0.0)
@@ -107,7 +130,18 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
         applied.append(ratio)
         runs.append(spent)
     return Trace(
-        tuple(ratios), tuple(found), tuple(infeasible), trials, tuple(applied), tuple(runs)
+        tuple(ratios),
+        tuple(found),
+        tuple(infeasible),
+        trials,
+        tuple(applied),
+        tuple(runs),
+        tuple(gpu_s),
+        tally["skipped"],
+        tally["wrongly_skipped"],
+        tally["pruned"],
+        tally["good_pruned"],
+        tally["optimum"],
     )
 
 
@@ -129,6 +163,12 @@ def _after_finalists(
 def _raw_best(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     feasible = [t for t in study.get_trials(deepcopy=False) if st.is_feasible(t)]
     return [max(feasible, key=lambda t: (t.value, -t.number))] if feasible else []
+
+
+def _latest(study: optuna.Study) -> optuna.trial.FrozenTrial:
+    """The trial finished last (enqueued trials keep the lower numbers they were made with)."""
+    done = study.get_trials(deepcopy=False, states=st.FINISHED)
+    return max(done, key=lambda t: (t.datetime_complete, t.number))
 
 
 def _waiting(study: optuna.Study) -> bool:

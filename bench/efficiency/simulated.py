@@ -9,7 +9,14 @@ HTTP or sleeps:
   the start's speed factor (the simulator draws one per start from N(1, noise),
   clipped to [0.8, 1.25]; its per-iteration jitter averages out over a window),
   times the benchmark's own sampling error, whose 95 % half-width the
-  benchmark's stopping rule holds to `benchmark.ci_width`.
+  benchmark's stopping rule holds to `benchmark.ci_width`;
+- with a level plan (`autotune/pruning.py`), the levels run in its order and
+  the trial may be pruned as `TrialPipeline` prunes it: after a level, after
+  one run of a level that missed its CI target (before the second), or at
+  min_duration into a level's window (the client asks every tick; here once),
+  each from what the window would show then (`cost.Cost.ci`).
+Every deployment is charged its GPU time (`cost.py`): the model load, then
+the levels it ran, a level cut short up to min_duration.
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotune import objective
+from autotune.pruning import PRUNED, LevelPlan
 from autotune.trial import FindMeasured, TrialResult
 
 from .cells import Landscape
+from .cost import Cost
 
 SIM_NOISE = 0.02  # the simulator's --sim-noise default
 
@@ -32,16 +41,33 @@ class SimulatedServer:
     land: Landscape
     rng: random.Random
     noise: float = SIM_NOISE
+    cost: Cost = field(init=False)
     deployed: list[dict[str, Any]] = field(default_factory=list)
     """Every config deployed, in order (the study's cost)."""
+    gpu_seconds: list[float] = field(default_factory=list)
+    """What each deployment cost: the model load plus the benchmark levels it ran."""
 
-    def __call__(self, params: dict[str, Any] | None, find_measured: FindMeasured) -> TrialResult:
+    def __post_init__(self) -> None:
+        self.cost = Cost.of(self.land.cfg, self.land.profile)
+        # What a window shows before it ends comes from its own stream, so that the
+        # measurements themselves are drawn exactly as before pruning existed.
+        self._early = random.Random(hash(self.rng.getstate()))
+
+    def __call__(
+        self,
+        params: dict[str, Any] | None,
+        find_measured: FindMeasured,
+        plan: LevelPlan | None = None,
+    ) -> TrialResult:
         if params is None:
             raise ValueError("the benchmark's baseline always has explicit flags")
         self.deployed.append(dict(params))
         cfg = self.land.cfg
         levels = cfg.benchmark.concurrency
         t = self.land.truth(params)
+        # Every deployment loads the model, whatever happens next (an out-of-memory refusal
+        # and a capacity check come after the weights are in).
+        self.gpu_seconds.append(self.cost.load_s)
         attrs: dict[str, Any] = {"workload": cfg.benchmark.workload}
         if t.resolved is None:
             # The engine adapter's failure kinds: the sim's OOM refusal reads like SGLang's.
@@ -61,23 +87,73 @@ class SimulatedServer:
                 cfg.objective, levels, server_up=True, max_running_requests=running
             )
             return _result(score, attrs)
-        results = self._benchmark(t.levels)
+        drawn = self._benchmark(t.levels)
+        results: dict[int, dict[str, Any]] = {}
+        verdict = None
+        by_level = {int(lv["concurrency"]): lv for lv in t.levels}
+        for c in plan.levels if plan is not None else levels:
+            lv, got = by_level[c], drawn[c]
+            first, again = self.cost.level_parts(lv)
+            measured = {k: r["output_throughput"] for k, r in results.items()}
+            give_up = plan.give_up(c, measured) if plan is not None else None
+            # The client asks every tick from min_duration on; here once, at min_duration.
+            if give_up is not None and give_up(got["live_tok_s"], got["live_ci"]):
+                results[c] = {**got, "output_throughput": got["live_tok_s"]}
+                self.gpu_seconds[-1] += self.cost.cut_s(lv)
+                verdict = give_up.verdict
+                break
+            if again and plan is not None:
+                # One run missed its CI target: pruned now, or measured a second time.
+                sd = {c: got["first_ci"] / 1.96}
+                verdict = plan.verdict({**measured, c: got["first_tok_s"]}, sd)
+                if verdict is not None:
+                    results[c] = {**got, "output_throughput": got["first_tok_s"]}
+                    self.gpu_seconds[-1] += first
+                    break
+            results[c] = got
+            self.gpu_seconds[-1] += first + again
+            if plan is not None:
+                measured = {k: r["output_throughput"] for k, r in results.items()}
+                verdict = plan.verdict(measured)
+                if verdict is not None:
+                    break
         for c, r in results.items():
             attrs[f"output_tok_s@c{c}"] = round(r["output_throughput"], 2)
+        if verdict is not None:
+            attrs[PRUNED] = verdict.attrs()
+            measured_levels = [c for c in levels if c in results]
+            score = objective.score(cfg.objective, measured_levels, results, running)
+            result = _result(score, attrs)
+            result.pruned = True
+            return result
         return _result(objective.score(cfg.objective, levels, results, running), attrs)
 
     def _benchmark(self, truth_levels: tuple[dict[str, Any], ...]) -> dict[int, dict[str, Any]]:
+        """Every level's noisy measurement, drawn in the configured order whatever order the
+        levels are measured in: the same seed gives every candidate the same noise."""
         speed = min(1.25, max(0.8, self.rng.gauss(1.0, self.noise))) if self.noise > 0 else 1.0
         ci = self.land.cfg.benchmark.ci_width
         sampling = ci / 1.96 if ci and self.noise > 0 else 0.0
+        min_d = self.land.cfg.benchmark.min_duration
         out = {}
         for lv in truth_levels:
-            slow = speed * math.exp(self.rng.gauss(0.0, sampling))
+            true = float(lv["output_throughput"]) / speed
+            slow = math.exp(self.rng.gauss(0.0, sampling))
+            # What the window shows at min_duration, and after one run of a level that
+            # misses its CI target (drawn for every level: common random numbers).
+            live_ci = self.cost.ci(lv, min_d) if self.noise > 0 else 0.0
+            first_ci = self.cost.ci(lv, self.cost.window_s(lv)) if self.noise > 0 else 0.0
+            live = true * math.exp(self._early.gauss(0.0, live_ci / 1.96))
+            first = true * math.exp(self._early.gauss(0.0, first_ci / 1.96))
             out[int(lv["concurrency"])] = {
                 "concurrency": lv["concurrency"],
-                "output_throughput": float(lv["output_throughput"]) / slow,
-                "ttft_p99_ms": float(lv["ttft_ms"]) * slow,
-                "itl_p50_ms": float(lv["tpot_ms"]) * slow,
+                "output_throughput": true / slow,
+                "ttft_p99_ms": float(lv["ttft_ms"]) * speed * slow,
+                "itl_p50_ms": float(lv["tpot_ms"]) * speed * slow,
+                "live_tok_s": live,
+                "live_ci": live_ci,
+                "first_tok_s": first,
+                "first_ci": first_ci,
             }
         return out
 

@@ -35,6 +35,7 @@ def level(
     wl: Workload | None = None,
     endpoint: str = "chat",
     progress: list[dict[str, Any]] | None = None,
+    give_up: Any = None,
     **settings: Any,
 ) -> LevelResult:
     settings.setdefault("min_duration_s", 1.0)
@@ -50,6 +51,7 @@ def level(
                     LevelSettings(concurrency, **settings),
                     endpoint=endpoint,
                     on_progress=progress.append if progress is not None else None,
+                    give_up=give_up,
                 )
             )
         finally:
@@ -200,6 +202,24 @@ def test_ci_target_stops_early_on_a_steady_server() -> None:
     res = level(server, 8, min_duration_s=1.0, max_duration_s=10.0, ci_width=0.03)
     assert res.ci_target_met and res.ci_halfwidth <= 0.03
     assert res.window_s < 5.0
+
+
+def test_a_window_that_shows_the_config_cannot_win_ends_at_min_duration() -> None:
+    # The CI target is out of reach (±0.01 %), so only give_up can end the window early.
+    asked: list[tuple[float, float]] = []
+
+    def slower_than_1000(tok_s: float, ci: float) -> bool:
+        asked.append((tok_s, ci))
+        return tok_s < 1000.0
+
+    settings = {"min_duration_s": 1.0, "max_duration_s": 4.0, "ci_width": 0.0001}
+    res = level(Server(ServerConfig(rate=200)), 2, give_up=slower_than_1000, **settings)
+    assert res.cut_short and res.window_s < 1.0 + 0.1 + 0.3  # + a request + a monitor tick
+    assert asked and 0.8 * 400 < asked[-1][0] < 1.2 * 400  # two streams at 200 tok/s each
+    assert 0 < asked[-1][1] < 1
+    # A window that never shows it runs on as the stopping rule says.
+    res = level(Server(ServerConfig(rate=200)), 2, give_up=lambda _t, _c: False, **settings)
+    assert not res.cut_short and res.window_s >= 4.0
 
 
 def test_degenerate_output_is_flagged() -> None:

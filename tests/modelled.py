@@ -1,0 +1,29 @@
+"""A study played against the simulator's model in process: autotune's own worker loop, the
+default sampler, no server (the sample-efficiency benchmark's `SimulatedServer`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import optuna
+
+from autotune import study as st
+from bench.efficiency.cells import Cell, baseline_flags, landscape
+from bench.efficiency.run import in_memory_study, run_to
+from bench.efficiency.simulated import SimulatedServer
+
+
+def run_study(cell: Cell, deployments: int, seed: int) -> tuple[optuna.Study, SimulatedServer]:
+    """Trials until `deployments` servers were (notionally) started, or 3 times as many trials."""
+    land = landscape(cell)
+    cfg = dataclasses.replace(land.cfg, study=dataclasses.replace(land.cfg.study, seed=seed))
+    study = in_memory_study(cfg, st.make_sampler(cfg))
+    baseline = st.baseline_of(cfg.space, baseline_flags(cell))
+    st.enqueue_baseline_once(study, baseline)
+    server = SimulatedServer(land, random.Random(seed))
+    total = 0
+    while len(server.deployed) < deployments and total < 3 * deployments:
+        total += 1
+        run_to(cfg, study, server, baseline, total)
+    return study, server
