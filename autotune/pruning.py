@@ -48,7 +48,7 @@ from autotune.gp.features import features
 from autotune.gp.sampler import NOISE_SD
 
 #: A trial stops when its chance of beating the incumbent falls below this.
-PRUNE_BELOW = 0.01
+PRUNE_BELOW = 0.001
 #: Trials measured at every level before anything is pruned.
 MIN_TRIALS = 4
 #: Log-scale error every level of one deployment shares: a restarted server is about 2 %

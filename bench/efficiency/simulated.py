@@ -51,7 +51,9 @@ class SimulatedServer:
         self.cost = Cost.of(self.land.cfg, self.land.profile)
         # What a window shows before it ends comes from its own stream, so that the
         # measurements themselves are drawn exactly as before pruning existed.
-        self._early = random.Random(hash(self.rng.getstate()))
+        # Seeded from the state's numbers (a hash of the state would include None's,
+        # which differs from process to process).
+        self._early = random.Random(",".join(map(str, self.rng.getstate()[1][:8])))
 
     def __call__(
         self,
