@@ -90,7 +90,8 @@ def test_study_over_ssh_leaves_best_serving_and_restore_is_byte_identical(
     assert proc.returncode == 0, proc.stderr[-4000:]
     trials = status(config)["trials"]
     assert len(trials) == 6
-    assert all(t["state"] == "COMPLETE" for t in trials)
+    # Finished: measured in full, or stopped after a level it could not win from.
+    assert all(t["state"] in ("COMPLETE", "PRUNED") for t in trials)
 
     best = json.loads(autotune("best", "--json", "--config", str(config), cwd=world_dir).stdout)
     deployed = fake_host.unit_path(UNIT).read_text()
