@@ -107,8 +107,14 @@ def main() -> int:
     args = p.parse_args()
     rows = []
     if args.rows:
-        for line in args.rows.read_text().splitlines():
-            row = json.loads(line)
+        if not args.rows.is_file():
+            p.error(f"--rows: no such file: {args.rows}")
+        for n, line in enumerate(args.rows.read_text().splitlines(), 1):
+            try:
+                row = json.loads(line)
+                row["profile"], row["config"], row["workload"]
+            except (ValueError, KeyError, TypeError) as exc:
+                p.error(f"--rows: {args.rows}, line {n}: not a row of this script ({exc})")
             row["charged_s"] = [
                 round(x, 2) for x in charged(row["profile"], tuple(row["config"]), row["workload"])
             ]
