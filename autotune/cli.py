@@ -286,8 +286,10 @@ def _status(args: argparse.Namespace) -> int:
             p = r["pruned"]
             after = ",".join(str(c) for c in p.get("after_levels") or [])
             value = f"~{p.get('estimate', 0.0):.1f}"
+            within = {"its window so far": " (cut short)", "one run, before a second": " (one run)"}
             extra += (
-                f"  pruned after c={after}: {p.get('p_beat', 0.0):.2%} chance to beat "
+                f"  pruned after c={after}{within.get(p.get('when', ''), '')}: "
+                f"{p.get('p_beat', 0.0):.2%} chance to beat "
                 f"trial {p.get('incumbent')}"
             )
         feasible = {True: "yes", False: "no", None: ""}[r["feasible"]]

@@ -76,10 +76,14 @@ class Verdict:
     p_beat: float
     incumbent: int
     incumbent_value: float
+    when: str = "after the level"
+    """When the last level in `measured` stopped: "after the level" (measured in full),
+    "one run, before a second" (its CI missed) or "its window so far" (cut short)."""
 
     def attrs(self) -> dict[str, Any]:
         return {
             "after_levels": list(self.measured),
+            "when": self.when,
             "estimate": round(self.estimate, 2),
             "log_sd": round(self.log_sd, 4),
             "p_beat": round(self.p_beat, 5),

@@ -240,15 +240,17 @@ class TrialPipeline:
             value = float(row["output_throughput"])
             if give_up is not None and give_up.verdict is not None and row.get("cut_short"):
                 results[c] = row
-                self._log_pruned(give_up.verdict, plan, results, "its window so far")
-                return results, give_up.verdict
+                return results, self._log_pruned(
+                    give_up.verdict, plan, results, "its window so far"
+                )
             if row["ci_target_met"] is False and b.ci_width is not None:
                 sd = {c: float(row["ci_halfwidth"]) / 1.96}
                 early = plan.verdict({**measured, c: value}, sd)
                 if early is not None:
                     results[c] = row
-                    self._log_pruned(early, plan, results, "one run, before a second")
-                    return results, early
+                    return results, self._log_pruned(
+                        early, plan, results, "one run, before a second"
+                    )
                 # Extended to max_duration and still too noisy: measure it once more and
                 # pool the two (a stall of the host rarely hits both).
                 log.info(
@@ -279,8 +281,7 @@ class TrialPipeline:
             measured = {k: float(r["output_throughput"]) for k, r in results.items()}
             verdict = plan.verdict(measured, uncertain)
             if verdict is not None:
-                self._log_pruned(verdict, plan, results, "after the level")
-                return results, verdict
+                return results, self._log_pruned(verdict, plan, results, "after the level")
         return results, None
 
     def _log_pruned(
@@ -289,7 +290,7 @@ class TrialPipeline:
         plan: LevelPlan,
         results: Mapping[int, Any],
         when: str,
-    ) -> None:
+    ) -> Verdict:
         log.info(
             "pruned: cannot plausibly beat the best so far",
             when=when,
@@ -300,6 +301,7 @@ class TrialPipeline:
             chance=f"{verdict.p_beat:.2%}",
             skipped=[lv for lv in plan.levels if lv not in results],
         )
+        return dataclasses.replace(verdict, when=when)
 
     def _measure_level(
         self,

@@ -396,6 +396,10 @@ def _feasible_cell(t: TrialRow) -> str:
     return '<span class="good">yes</span>' if t.feasible else '<span class="bad">no</span>'
 
 
+#: How the last measured level of a pruned trial ended, when not in full.
+_STAGE = {"its window so far": " (cut short)", "one run, before a second": " (one run)"}
+
+
 def _pruned(page: Page) -> str:
     rows = page.data.pruned
     if not rows:
@@ -410,7 +414,7 @@ def _pruned(page: Page) -> str:
             [
                 esc(t.number),
                 f"<code>{esc(_config_text(t.config))}</code>",
-                esc(", ".join(f"c={c}" for c in after)),
+                esc(", ".join(f"c={c}" for c in after) + _STAGE.get(p.get("when", ""), "")),
                 esc(", ".join(_num(t.throughput.get(c)) for c in after)),
                 _cell_num(_num(p.get("estimate"))),
                 esc(f"trial {p.get('incumbent')}: {_num(p.get('incumbent_value'))}"),
