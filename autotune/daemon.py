@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 import structlog
 
-from autotune import finalists, objective, storage, unitfile
+from autotune import finalists, objective, reach, storage, unitfile
 from autotune import study as st
 from autotune.artifacts import artifact_dir, artifact_store
 from autotune.config import Config
@@ -52,7 +52,12 @@ def check_unit(
 ) -> dict[str, str | None]:
     """Parse the base unit and a patched sample; return its current flags. Raises ConfigError."""
     source = str(cfg.target.unit_file)
-    current = unitfile.flags(unitfile.parse_exec_start(unit_text, source=source).argv)
+    argv = unitfile.parse_exec_start(unit_text, source=source).argv
+    tuned = [p.flag for p in cfg.space.params.values()]
+    hidden = reach.hidden_flags(argv, [*tuned, get_engine(cfg.target.engine).algorithm_flag])
+    if hidden is not None:
+        raise ConfigError(source, "ExecStart", hidden)
+    current = unitfile.flags(argv)
     sample = cfg.space.enumerate()[0].params
     patched = cfg.space.patch_unit(unit_text, sample, source=source)
     problems = unitfile.verify_unit(patched, cfg.target.unit, check_executables=check_executables)

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from autotune import bench, objective
+from autotune import bench, objective, reach
 from autotune.bench.pool import pool_levels
 from autotune.config import Config
 from autotune.deploy.base import Deployer
@@ -100,6 +100,8 @@ class TrialPipeline:
             score = objective.unusable(self.cfg.objective, levels, server_up=False)
             return self._result(score, attrs, unit_text)
         attrs["startup_s"] = round(time.monotonic() - started, 1)
+        if params is not None:
+            self._check_reached(params, info)
         info = _with_logged_capacity(info, self.engine.capacity_from_log(self.deployer.logs()))
         attrs.update(_info_attrs(info))
         resolved = self._canonical({**(params or {}), **info.resolved})
@@ -368,6 +370,16 @@ class TrialPipeline:
                 out[name] = config[name]
         out.update({k: v for k, v in config.items() if k not in space.params})
         return out
+
+    def _check_reached(self, params: Params, info: ServerInfo) -> None:
+        """Stop the study when the server runs something other than the trial asked for:
+        measuring it would record the unit's own config under this trial's name."""
+        space = self.cfg.space
+        asked = self.engine.runs(self._canonical(dict(params)))
+        flags = {name: p.flag for name, p in space.params.items()}
+        missed = reach.unreached(asked, info.resolved, flags)
+        if missed:
+            raise StudyStopped(str(self.cfg.target.unit_file), "ExecStart", missed[0].line())
 
     def _not_the_configs_fault(self, failed: ServerFailed, params: Params | None) -> None:
         """Raise instead of recording a trial when the failure is the build's or the host's."""

@@ -114,6 +114,10 @@ class Engine(Protocol):
     def classify_failure(self, log_text: str, exit_code: int | None) -> Failure:
         """Name the failure of a server that died or never became ready."""
 
+    def runs(self, asked: dict[str, Any]) -> dict[str, Any]:
+        """The values the server runs when launched with `asked` (study names): the engine's
+        own documented adjustments applied. What it then reports differently never reached it."""
+
     def help_args(self) -> list[str] | None:
         """Arguments that make the server print every flag it accepts and exit; None when
         asking is too costly to do before a study (it would load the framework)."""

@@ -128,6 +128,9 @@ class LlamaCppEngine:
     def __init__(self, *, timeout: float = 10.0) -> None:
         self.timeout = timeout
 
+    def runs(self, asked: dict[str, Any]) -> dict[str, Any]:
+        return dict(asked)
+
     def health_path(self) -> str:
         # 503 {"error": {"message": "Loading model"}} until the model is loaded, then 200.
         return "/health"

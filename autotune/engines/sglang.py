@@ -103,6 +103,15 @@ class SGLangEngine:
     def __init__(self, *, timeout: float = 10.0) -> None:
         self.timeout = timeout
 
+    def runs(self, asked: dict[str, Any]) -> dict[str, Any]:
+        out = dict(asked)
+        # server_args: with topk 1 the draft is a chain, num_draft_tokens := steps + 1.
+        steps = out.get("speculative_num_steps")
+        chain = out.get("speculative_eagle_topk") == 1 and isinstance(steps, int)
+        if chain and "speculative_num_draft_tokens" in out:
+            out["speculative_num_draft_tokens"] = steps + 1
+        return out
+
     def health_path(self) -> str:
         # /health answers 503 until a 1-token generation succeeds; /v1/models
         # and /get_model_info answer 200 before warmup ends, so they cannot be used.
