@@ -190,7 +190,10 @@ class SimServer:
             "speculative_num_draft_tokens": s.draft
             if s.on
             else (a.launch.speculative_num_draft_tokens),
-            "disable_overlap_schedule": s.on,
+            "disable_overlap_schedule": s.on and not r.overlap,
+            "speculative_adaptive": a.launch.speculative_adaptive and r.adaptive is not None,
+            "speculative_adaptive_config": a.launch.speculative_adaptive_config,
+            **_ngram_args(r.ngram),
         }
 
     async def server_info(self, req: httpio.Request, writer: asyncio.StreamWriter) -> bytes:
@@ -207,6 +210,10 @@ class SimServer:
         avg = self.engine.avg_accept_length()
         if avg is not None:
             state["avg_spec_accept_length"] = round(avg, 6)
+        if r.adaptive is not None:
+            # The tier the controller runs now; the top-level value is the launch's.
+            state["speculative_num_steps"] = self.engine.live_steps
+            state["speculative_num_draft_tokens"] = self.engine.live_steps + 1
         info = {
             **self.server_args(),
             "max_total_num_tokens": r.max_total_num_tokens,
@@ -235,6 +242,11 @@ class SimServer:
                 "speculative_num_draft_tokens": self.resolved.spec.draft,
                 "max_running_requests": self.resolved.max_running_requests,
                 "max_total_num_tokens": self.resolved.max_total_num_tokens,
+                "overlap": self.resolved.overlap,
+                "adaptive": None
+                if self.resolved.adaptive is None
+                else self.resolved.adaptive.as_json(),
+                "adaptive_steps": {str(k): v.steps for k, v in sorted(self.engine.slots.items())},
             },
         )
         return json.dumps(snap).encode()
@@ -335,3 +347,22 @@ def _json_body(req: httpio.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise api.ApiError("the request body must be a JSON object")
     return body
+
+
+def _ngram_args(ngram: model.Ngram | None) -> dict[str, Any]:
+    """SGLang's speculative_ngram_* server args (its defaults when NGRAM is not in use)."""
+    d = model.NGRAM_DEFAULTS
+    n = ngram or model.Ngram(
+        int(d["min_bfs_breadth"]),
+        int(d["max_bfs_breadth"]),
+        str(d["match_type"]),
+        int(d["max_trie_depth"]),
+        int(d["capacity"]),
+    )
+    return {
+        "speculative_ngram_min_bfs_breadth": n.min_bfs_breadth,
+        "speculative_ngram_max_bfs_breadth": n.max_bfs_breadth,
+        "speculative_ngram_match_type": n.match_type,
+        "speculative_ngram_max_trie_depth": n.max_trie_depth,
+        "speculative_ngram_capacity": n.capacity,
+    }

@@ -110,6 +110,12 @@ def _fraction(flag: str, v: str) -> float:
     return x
 
 
+def _match_type(flag: str, v: str) -> str:
+    if v.upper() not in ("BFS", "PROB"):
+        raise ArgError(f"argument {flag}: invalid choice: {v!r} (choose from 'BFS', 'PROB')")
+    return v.upper()
+
+
 # SGLang flags the simulator models: flag -> (SimArgs/Launch key, converter).
 _VALUE_FLAGS: dict[str, tuple[str, Any]] = {
     "--model-path": ("model_path", lambda f, v: v),
@@ -125,8 +131,20 @@ _VALUE_FLAGS: dict[str, tuple[str, Any]] = {
     "--max-running-requests": ("max_running_requests", _positive),
     "--mem-fraction-static": ("mem_fraction_static", _fraction),
     "--cuda-graph-max-bs": ("cuda_graph_max_bs", _positive),
+    "--speculative-adaptive-config": ("speculative_adaptive_config", lambda f, v: v),
+    "--speculative-ngram-min-bfs-breadth": ("speculative_ngram_min_bfs_breadth", _int),
+    "--speculative-ngram-max-bfs-breadth": ("speculative_ngram_max_bfs_breadth", _int),
+    "--speculative-ngram-match-type": ("speculative_ngram_match_type", _match_type),
+    "--speculative-ngram-max-trie-depth": ("speculative_ngram_max_trie_depth", _int),
+    "--speculative-ngram-capacity": ("speculative_ngram_capacity", _int),
 }
-_BOOL_FLAGS = {"--enable-metrics": "enable_metrics"}
+_BOOL_FLAGS = {
+    "--enable-metrics": "enable_metrics",
+    "--speculative-adaptive": "speculative_adaptive",
+}
+#: Environment variables the simulator reads, as SGLang's EnvBool spells true.
+SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
+_TRUE = ("1", "true", "yes", "y", "on")
 _LAUNCH_KEYS = set(model.Launch.__slots__)
 
 
@@ -215,8 +233,10 @@ _PREDICT_FLAGS: dict[str, tuple[str, Any]] = {
 }
 
 
-def parse(argv: list[str]) -> SimArgs:
-    """Parse a launch command line; raises ArgError for what the simulator cannot accept."""
+def parse(argv: list[str], environ: dict[str, str] | None = None) -> SimArgs:
+    """Parse a launch command line (and the SGLANG_* environment it reads); raises ArgError
+    for what the simulator cannot accept."""
+    env = os.environ if environ is None else environ
     top: dict[str, Any] = {}
     launch: dict[str, Any] = {}
     sim: dict[str, Any] = {}
@@ -242,7 +262,8 @@ def parse(argv: list[str]) -> SimArgs:
         if name in _BOOL_FLAGS:
             if eq and inline.lower() not in ("true", "1"):
                 raise ArgError(f"argument {name}: takes no value")
-            top[_BOOL_FLAGS[name]] = True
+            key = _BOOL_FLAGS[name]
+            (launch if key in _LAUNCH_KEYS else top)[key] = True
             continue
         table = None
         for t in (_VALUE_FLAGS, _SIM_FLAGS, _PREDICT_FLAGS):
@@ -279,6 +300,15 @@ def parse(argv: list[str]) -> SimArgs:
     port = top.get("port", 30000)
     if not 0 <= port <= 65535:
         raise ArgError(f"argument --port: {port} is not a TCP port")
+    path = launch.get("speculative_adaptive_config")
+    if path is not None:
+        # Read at launch, as SGLang does; a missing file is the server's refusal, not ours.
+        try:
+            with open(path, encoding="utf-8") as f:
+                launch["adaptive_config_text"] = f.read()
+        except OSError:
+            pass
+    launch["spec_v2"] = env.get(SPEC_V2_ENV, "").strip().lower() in _TRUE
     return SimArgs(
         launch=model.Launch(**launch),
         sim=SimOptions(**sim),
@@ -299,7 +329,10 @@ A simulated SGLang server ("rehearsal mode"). Modelled SGLang flags:
   --model-path --served-model-name --host --port --api-key --enable-metrics
   --speculative-algorithm --speculative-num-steps --speculative-eagle-topk
   --speculative-num-draft-tokens --max-running-requests --mem-fraction-static
-  --cuda-graph-max-bs
+  --cuda-graph-max-bs --speculative-adaptive --speculative-adaptive-config
+  --speculative-ngram-min-bfs-breadth --speculative-ngram-max-bfs-breadth
+  --speculative-ngram-match-type --speculative-ngram-max-trie-depth
+  --speculative-ngram-capacity; the environment variable SGLANG_ENABLE_SPEC_V2
 Any other SGLang flag is accepted and ignored (one warning line lists them).
 
 Simulator flags:

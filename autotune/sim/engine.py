@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from autotune.sim import logs, model
+from autotune.sim import adaptive, logs, model
 from autotune.sim.profiles import Profile
 from autotune.sim.text import TextSource
 
@@ -159,7 +159,14 @@ class Engine:
         self._log_t = time.monotonic()
         self._log_tokens = 0
         self._log_verify = 0
+        self._log_spec_tokens = 0
         self.on_iteration: Callable[[], None] | None = None
+        # Adaptive speculation: one controller per batch-size entry, tiers chosen per batch.
+        self.slots: dict[int, adaptive.Slot] = {}
+        self._graph_sizes = adaptive.graph_sizes(resolved.cuda_graph_max_bs)
+        self._cdfs: dict[tuple[int, bool], tuple[float, ...]] = {}
+        self.live_steps = resolved.spec.steps
+        """The steps of the last decode iteration (adaptive: the tier in use)."""
 
     # -- requests ---------------------------------------------------------------
     def accept_cdf(self, greedy: bool) -> tuple[float, ...]:
@@ -211,10 +218,14 @@ class Engine:
                 self._after_prefill(batch)
             elif self.running:
                 n = len(self.running)
-                dt = model.iteration_time(self.profile, self.spec, n, self.kv_used)
+                slot = self._slot(n)
+                spec = self.spec if slot is None else model.chain(slot.steps)
+                dt = model.iteration_time(
+                    self.profile, spec, n, self.kv_used, overlap=self.resolved.overlap
+                )
                 deadline += dt * self._jitter()
                 deadline = await self._sleep_until(loop, deadline)
-                self._after_decode()
+                self._after_decode(spec, slot)
             if self.on_iteration is not None:
                 self.on_iteration()
 
@@ -270,34 +281,70 @@ class Engine:
             self._emit(req, 1, now)
         self._drop_done()
 
-    def _after_decode(self) -> None:
+    def _slot(self, batch: int) -> adaptive.Slot | None:
+        config = self.resolved.adaptive
+        if config is None:
+            return None
+        entry = config.entry_for(batch, self._graph_sizes)
+        slot = self.slots.get(entry.min_batch)
+        if slot is None:
+            slot = self.slots[entry.min_batch] = adaptive.Slot(entry, self.spec.steps)
+        return slot
+
+    def _cdf(self, steps: int, greedy: bool) -> tuple[float, ...]:
+        cdf = self._cdfs.get((steps, greedy))
+        if cdf is None:
+            workload = "greedy" if greedy else "natural"
+            dist = model.accept_dist(self.profile, model.chain(steps), workload)
+            cdf = self._cdfs[(steps, greedy)] = tuple(itertools.accumulate(dist))
+        return cdf
+
+    def _after_decode(self, spec: model.Spec, slot: adaptive.Slot | None) -> None:
         now = time.monotonic()
         rng_random = self.rng.random
         st = self.stats
         decoded = 0
         steps = 0
+        self.live_steps = spec.steps
         for req in self.running:
             if req.state != "running":
                 continue
-            n = bisect_right(req.cdf, rng_random()) + 1
+            cdf = req.cdf if slot is None else self._cdf(spec.steps, req.greedy)
+            n = bisect_right(cdf, rng_random()) + 1
             left = req.target - req.emitted
             if n > left:
                 n = left
-            req.verify_ct += 1
             steps += 1
             decoded += n
-            if req.client:
-                st.verify_steps += 1
-                st.decode_tokens += n
+            if spec.on or slot is None:
+                # An adaptive tier of 0 steps drafts nothing: no verify step to count.
+                req.verify_ct += 1
+                if req.client:
+                    st.verify_steps += 1
+                    st.decode_tokens += n
             self._emit(req, n, now)
         self._drop_done()
         st.decode_iterations += 1
-        st.all_decode_tokens += decoded
-        st.all_verify_steps += steps
         self._log_tokens += decoded
-        self._log_verify += steps
+        if spec.on or slot is None:
+            st.all_decode_tokens += decoded
+            st.all_verify_steps += steps
+            self._log_spec_tokens += decoded
+            self._log_verify += steps
+        if slot is not None and steps:
+            before = slot.steps
+            switched = slot.observe(decoded / steps - 1.0)
+            if switched is not None:
+                logs.sched(
+                    f"Adaptive spec params updated: steps {before} -> {switched} "
+                    f"(ema_accept_len={slot.ema:.2f})"
+                )
+                logs.sched(
+                    f"Switch adaptive runtime state: steps {before} -> {switched}, "
+                    f"draft_tokens {before + 1} -> {switched + 1}"
+                )
         if st.decode_iterations % LOG_INTERVAL == 0:
-            self._log_decode(now)
+            self._log_decode(now, spec)
 
     def _emit(self, req: Req, n: int, now: float) -> None:
         req.emitted += n
@@ -318,16 +365,17 @@ class Engine:
         if any(r.state != "running" for r in self.running):
             self.running = [r for r in self.running if r.state == "running"]
 
-    def _log_decode(self, now: float) -> None:
+    def _log_decode(self, now: float, spec: model.Spec) -> None:
         st = self.stats
         span = max(now - self._log_t, 1e-9)
         st.last_gen_throughput = self._log_tokens / span
         accept_len = accept_rate = None
-        if self.spec.on and self._log_verify:
-            accept_len = self._log_tokens / self._log_verify
-            accept_rate = model.accept_rate(self.spec, accept_len)
+        if spec.on and self._log_verify:
+            accept_len = self._log_spec_tokens / self._log_verify
+            accept_rate = model.accept_rate(spec, accept_len)
             st.last_accept_len, st.last_accept_rate = accept_len, accept_rate
         self._log_t, self._log_tokens, self._log_verify = now, 0, 0
+        self._log_spec_tokens = 0
         total = self.resolved.max_total_num_tokens
         logs.sched(
             logs.decode_line(
@@ -345,7 +393,7 @@ class Engine:
     # -- introspection ----------------------------------------------------------
     def avg_accept_length(self) -> float | None:
         st = self.stats
-        if not self.spec.on or not st.all_verify_steps:
+        if not (self.spec.on or self.resolved.adaptive) or not st.all_verify_steps:
             return None
         return st.all_decode_tokens / st.all_verify_steps
 

@@ -21,7 +21,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
+from autotune.sim import adaptive
 from autotune.sim.profiles import Acceptance, Profile
 
 GiB = float(1 << 30)
@@ -48,6 +50,33 @@ OVERLAP_WARNING = (
     "Overlap scheduler is disabled because of using eagle3 or standalone speculative decoding."
 )
 OOM_MESSAGE = "Not enough memory. Please try to increase --mem-fraction-static."
+ADAPTIVE_DISABLED_WARNING = (
+    "speculative_adaptive disabled: {reason}. Falling back to static speculative params."
+)
+SPEC_V2_LINE = (
+    "Beta spec is enabled for eagle speculative decoding and overlap schedule is turned on."
+)
+SPEC_V1_TOPK_WARNING = (
+    "Spec v1 is used for eagle/eagle3/standalone speculative decoding because spec v2 "
+    "currently only supports topk = 1."
+)
+NGRAM_DRAFT_WARNING = (
+    "speculative_num_draft_tokens is set to 12 by default for ngram speculative decoding."
+)
+NGRAM_CHUNK_WARNING = (
+    "The mixed chunked prefill are disabled because of using ngram speculative decoding."
+)
+NGRAM_DEFAULTS = {"min_bfs_breadth": 1, "max_bfs_breadth": 10, "match_type": "BFS",
+                  "max_trie_depth": 18, "capacity": 10_000_000, "draft": 12}  # fmt: skip
+#: The n-gram drafter's chance to guess right: from the text, not the model. Greedy
+#: benchmark text (temperature 0, no EOS) repeats itself; chat replies rarely do.
+NGRAM_GREEDY = Acceptance(first=0.62, decay=0.95, shape=1.0, width_miss=0.8)
+NGRAM_NATURAL = Acceptance(first=0.3, decay=0.8, shape=1.0, width_miss=0.88)
+#: CPU time of one trie lookup per running request (ms); no draft forward at all.
+NGRAM_LOOKUP_MS = 0.04
+#: Share of the speculative bookkeeping (`t_spec`) that is host-side work the overlap
+#: scheduler (spec v2) can run while the GPU verifies; with `t_batch` per request.
+OVERLAP_CPU_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,19 +90,51 @@ class Launch:
     max_running_requests: int | None = None
     mem_fraction_static: float | None = None
     cuda_graph_max_bs: int | None = None
+    speculative_adaptive: bool = False
+    speculative_adaptive_config: str | None = None
+    """The config file's path as given."""
+    adaptive_config_text: str | None = None
+    """Its content, read at launch (None with a path: the file could not be read)."""
+    spec_v2: bool = False
+    """SGLANG_ENABLE_SPEC_V2 (environment): the overlap scheduler's spec path."""
+    speculative_ngram_min_bfs_breadth: int | None = None
+    speculative_ngram_max_bfs_breadth: int | None = None
+    speculative_ngram_match_type: str | None = None
+    speculative_ngram_max_trie_depth: int | None = None
+    speculative_ngram_capacity: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Spec:
-    """Resolved knobs; steps == 0 means speculation is off."""
+    """Resolved knobs; steps == 0 means speculation is off (except for NGRAM, whose
+    bookkeeping steps are draft // topk and may be 0)."""
 
     steps: int = 0
     topk: int = 1
     draft: int = 1
+    ngram: bool = False
+    max_depth: int = 64
+    """NGRAM: the trie's depth, the longest draft chain it can match."""
 
     @property
     def on(self) -> bool:
-        return self.steps > 0
+        return self.steps > 0 or self.ngram
+
+
+def chain(steps: int) -> Spec:
+    """An adaptive tier: topk 1, steps + 1 draft tokens (0 steps: no drafting)."""
+    return Spec(steps, 1, steps + 1) if steps > 0 else Spec()
+
+
+@dataclass(frozen=True, slots=True)
+class Ngram:
+    """NGRAM's resolved knobs, as /get_server_info reports them."""
+
+    min_bfs_breadth: int
+    max_bfs_breadth: int
+    match_type: str
+    max_trie_depth: int
+    capacity: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +153,11 @@ class Resolved:
     warnings: tuple[str, ...] = ()
     # Failures that only show after the weights are loaded (graph capture).
     late_failure: Refusal | None = None
+    adaptive: adaptive.Config | None = None
+    """Adaptive speculation's config when it is on (`spec` is then the initial tier)."""
+    overlap: bool = False
+    """Spec v2: the overlap scheduler prepares the next batch while the GPU runs this one."""
+    ngram: Ngram | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,13 +180,50 @@ def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
     warnings: list[str] = []
     algorithm = launch.speculative_algorithm.upper() if launch.speculative_algorithm else None
     spec = Spec()
+    reserve = spec  # what memory is sized for: the largest adaptive tier
     max_running = launch.max_running_requests
-    if algorithm is not None:
-        if algorithm == "NEXTN":
-            algorithm = "EAGLE"
+    config: adaptive.Config | None = None
+    ngram: Ngram | None = None
+    overlap = False
+    if algorithm == "NEXTN":
+        algorithm = "EAGLE"
+    adaptive_on = algorithm is not None and launch.speculative_adaptive
+    if adaptive_on:
+        reason = _adaptive_unsupported(str(algorithm), launch.speculative_eagle_topk)
+        if reason is not None:
+            adaptive_on = False
+            warnings.append(ADAPTIVE_DISABLED_WARNING.format(reason=reason))
+    if algorithm == "NGRAM":
+        resolved_ngram = _ngram(launch, warnings)
+        if isinstance(resolved_ngram, Refusal):
+            return resolved_ngram
+        spec, ngram = resolved_ngram
+        if max_running is None:
+            max_running = SPEC_DEFAULT_MAX_RUNNING
+            warnings.insert(0, MAX_RUNNING_RESET_WARNING)
+        reserve = spec
+    elif algorithm is not None:
         steps = launch.speculative_num_steps
         topk = launch.speculative_eagle_topk
         draft = launch.speculative_num_draft_tokens
+        if adaptive_on:
+            loaded = _adaptive_config(launch)
+            if isinstance(loaded, Refusal):
+                return loaded
+            config = loaded
+            union = config.union
+            if steps is None:
+                # SGLang starts in the middle candidate, as a chain.
+                steps = union[len(union) // 2]
+                topk, draft = 1, steps + 1
+            elif steps not in union:
+                return Refusal(
+                    "args",
+                    "ValueError",
+                    f"--speculative-num-steps={steps} is not in the adaptive config "
+                    f"candidate_steps {list(union)}. Pass one of those values.",
+                    _ADAPTIVE_FRAMES,
+                )
         if steps is None:
             if topk is not None or draft is not None:
                 return _assertion()
@@ -139,20 +242,30 @@ def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
         if max_running is None:
             max_running = SPEC_DEFAULT_MAX_RUNNING
             warnings.append(MAX_RUNNING_RESET_WARNING)
-        warnings.append(OVERLAP_WARNING)
+        if launch.spec_v2 and topk == 1:
+            overlap = True
+            warnings.append(SPEC_V2_LINE)
+        elif launch.spec_v2:
+            warnings.append(SPEC_V1_TOPK_WARNING)
+        else:
+            warnings.append(OVERLAP_WARNING)
         if topk == 1 and draft != steps + 1:
             warnings.append(DRAFT_ADJUSTED_WARNING)
             draft = steps + 1
         spec = Spec(steps, topk, draft)
+        reserve = spec
+        if config is not None:
+            top = max(config.union)
+            reserve = chain(top) if top > steps else spec
     mfs = launch.mem_fraction_static or profile.default_mem_fraction
     cap = max_running if max_running is not None else profile.nospec_max_running
     graph_bs = min(launch.cuda_graph_max_bs or profile.default_graph_bs, cap)
-    pools = capacity(profile, spec, mfs, cap, graph_bs)
+    pools = capacity(profile, reserve, mfs, cap, graph_bs)
     if isinstance(pools, Refusal):
         return pools
     kv_tokens, running = pools
     late = None
-    if spec.on and spec.draft > spec.steps * spec.topk + 1:
+    if spec.on and not spec.ngram and spec.draft > spec.steps * spec.topk + 1:
         late = _tree_too_small(spec)
     return Resolved(
         algorithm=algorithm,
@@ -168,7 +281,77 @@ def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
         kv_size_gb=round(kv_tokens * profile.kv_bytes_per_token / 2 / GiB, 2),
         warnings=tuple(warnings),
         late_failure=late,
+        adaptive=config,
+        overlap=overlap,
+        ngram=ngram,
     )
+
+
+def _adaptive_unsupported(algorithm: str, topk: int | None) -> str | None:
+    """Why SGLang turns adaptive speculation off for this launch (it falls back to static)."""
+    if algorithm not in ("EAGLE", "EAGLE3"):
+        return f"speculative_algorithm={algorithm} (only EAGLE/EAGLE3 are supported)"
+    if topk is not None and topk != 1:
+        return f"speculative_eagle_topk={topk} (only topk=1 is supported)"
+    return None
+
+
+_ADAPTIVE_FRAMES = (
+    ("sglang/srt/server_args.py, in __post_init__", "self._handle_speculative_decoding()"),
+    (
+        "sglang/srt/speculative/adaptive_spec_params.py, in load_adaptive_config",
+        "raise ValueError(",
+    ),
+)
+
+
+def _adaptive_config(launch: Launch) -> adaptive.Config | Refusal:
+    path = launch.speculative_adaptive_config
+    if path is not None and launch.adaptive_config_text is None:
+        message = f"[Errno 2] No such file or directory: {path!r}"
+        return Refusal("args", "FileNotFoundError", message, _ADAPTIVE_FRAMES)
+    try:
+        return adaptive.parse(launch.adaptive_config_text if path else None, path)
+    except adaptive.ConfigRefused as refused:
+        return Refusal("args", refused.exception, refused.message, _ADAPTIVE_FRAMES)
+
+
+def _ngram(launch: Launch, warnings: list[str]) -> tuple[Spec, Ngram] | Refusal:
+    d = NGRAM_DEFAULTS
+
+    def given(value: Any, key: str) -> Any:
+        return d[key] if value is None else value
+
+    n = Ngram(
+        int(given(launch.speculative_ngram_min_bfs_breadth, "min_bfs_breadth")),
+        int(given(launch.speculative_ngram_max_bfs_breadth, "max_bfs_breadth")),
+        str(given(launch.speculative_ngram_match_type, "match_type")).upper(),
+        int(given(launch.speculative_ngram_max_trie_depth, "max_trie_depth")),
+        int(given(launch.speculative_ngram_capacity, "capacity")),
+    )
+    draft = launch.speculative_num_draft_tokens
+    if draft is None:
+        draft = int(d["draft"])
+        warnings.append(NGRAM_DRAFT_WARNING)
+    warnings.append(NGRAM_CHUNK_WARNING)
+    for name, v in (
+        ("speculative_num_draft_tokens", draft),
+        ("speculative_ngram_min_bfs_breadth", n.min_bfs_breadth),
+        ("speculative_ngram_max_bfs_breadth", n.max_bfs_breadth),
+        ("speculative_ngram_max_trie_depth", n.max_trie_depth),
+    ):
+        if v < 1:
+            return Refusal("args", "ValueError", f"{name} must be positive, got {v}")
+    if n.match_type not in ("BFS", "PROB"):
+        return Refusal(
+            "args",
+            "ValueError",
+            f"speculative_ngram_match_type must be BFS or PROB, got {n.match_type!r}",
+        )
+    # server_args: topk := max BFS breadth, steps := draft // topk (bookkeeping only: the
+    # drafter fills up to `draft` tokens from the trie in one go).
+    topk = n.max_bfs_breadth
+    return Spec(draft // topk, topk, draft, ngram=True, max_depth=n.max_trie_depth), n
 
 
 def capacity(
@@ -183,8 +366,9 @@ def capacity(
     unit = float(profile.kv_bytes_per_token)
     tree = 0
     if spec.on:
-        rest_gb -= profile.draft_weights_gb
-        unit *= 1.0 + profile.draft_kv_fraction
+        if not spec.ngram:
+            rest_gb -= profile.draft_weights_gb
+            unit *= 1.0 + profile.draft_kv_fraction
         tree = spec.steps * spec.topk + spec.draft
     pool = rest_gb * GiB / unit - graph_bs * tree * profile.workspace_tokens
     if pool <= 0:
@@ -269,6 +453,12 @@ def accept_dist(profile: Profile, spec: Spec, workload: str) -> tuple[float, ...
     """P(tokens emitted per verify step = 1, 2, ...): the bonus token counts."""
     if not spec.on:
         return (1.0,)
+    if spec.ngram:
+        acc = NGRAM_GREEDY if workload == "greedy" else NGRAM_NATURAL
+        # The trie drafts up to `draft` tokens, one chain as deep as it matches, widened
+        # up to the BFS breadth where the budget allows.
+        depth = min(spec.max_depth, spec.draft - 1)
+        return _accept_dist(acc, depth, spec.topk, spec.draft)
     acc = profile.greedy if workload == "greedy" else profile.natural
     return _accept_dist(acc, spec.steps, spec.topk, spec.draft)
 
@@ -319,6 +509,32 @@ def _accept_dist(acc: Acceptance, steps: int, topk: int, draft: int) -> tuple[fl
     return tuple(dist)
 
 
+def tiers(
+    profile: Profile, resolved: Resolved, batch: float, workload: str
+) -> list[tuple[float, Spec]]:
+    """(share of decode iterations, knobs) at a steady batch: one entry for a static config;
+    adaptive speculation's tiers as its controller settles on this workload."""
+    config = resolved.adaptive
+    if config is None:
+        return [(1.0, resolved.spec)]
+    entry = config.entry_for(max(1, round(batch)), adaptive.graph_sizes(resolved.cuda_graph_max_bs))
+
+    def accepted(steps: int) -> float:
+        return accept_length(profile, chain(steps), workload) - 1.0
+
+    shares = adaptive.occupancy(entry, resolved.spec.steps, accepted)
+    return [(w, chain(s)) for s, w in shares.items()]
+
+
+def _mixed(dists: Sequence[tuple[float, Sequence[float]]]) -> tuple[float, ...]:
+    size = max(len(d) for _, d in dists)
+    out = [0.0] * size
+    for w, d in dists:
+        for i, p in enumerate(d):
+            out[i] += w * p
+    return tuple(out)
+
+
 def _mean(dist: Sequence[float]) -> float:
     return sum((i + 1) * p for i, p in enumerate(dist))
 
@@ -331,12 +547,21 @@ def _cv(dist: Sequence[float]) -> float:
 
 def accept_rate(spec: Spec, length: float) -> float:
     """Share of drafted depth that was accepted, as the decode log reports it."""
+    if spec.ngram:
+        return (length - 1.0) / max(1, spec.draft - 1)
     return (length - 1.0) / spec.steps if spec.on else 0.0
 
 
 # -- time ----------------------------------------------------------------------
-def iteration_time(profile: Profile, spec: Spec, batch: float, kv_tokens: float) -> float:
-    """Seconds of one decode iteration for `batch` requests reading `kv_tokens` of KV."""
+def iteration_time(
+    profile: Profile, spec: Spec, batch: float, kv_tokens: float, *, overlap: bool = False
+) -> float:
+    """Seconds of one decode iteration for `batch` requests reading `kv_tokens` of KV.
+
+    `overlap` (spec v2): the host-side part (scheduling per request, part of the
+    speculative bookkeeping) runs while the GPU works, so the iteration lasts the longer
+    of the two instead of their sum.
+    """
     if batch <= 0:
         return 0.0
     n = batch * spec.draft if spec.on else batch
@@ -347,12 +572,21 @@ def iteration_time(profile: Profile, spec: Spec, batch: float, kv_tokens: float)
         + profile.t_kv * kv_tokens / 1000.0
         + profile.t_batch * batch
     )
-    if spec.on:
+    host = profile.t_batch * batch
+    if spec.ngram:
+        t += profile.t_spec + NGRAM_LOOKUP_MS * batch
+        host += OVERLAP_CPU_SHARE * profile.t_spec + NGRAM_LOOKUP_MS * batch
+        if spec.topk > 1:
+            t += profile.t_tree
+    elif spec.on:
         draft_step = profile.t_draft + profile.t_draft_token * batch * spec.topk
         extend = profile.t_draft + profile.t_draft_token * n
         t += spec.steps * draft_step + extend + profile.t_spec
+        host += OVERLAP_CPU_SHARE * profile.t_spec
         if spec.topk > 1:
             t += profile.t_tree
+    if overlap:
+        t = max(t - host, host)
     return t / 1000.0
 
 
@@ -432,36 +666,42 @@ def predict_level(
     workload: str = "greedy",
     max_tokens: int = 256,
     input_len: int = 200,
-) -> dict[str, float | int | bool]:
+) -> dict[str, Any]:
     """Noise-free steady state of `concurrency` clients sending back-to-back requests.
 
     Every running request decodes in every iteration; each finished request
     is replaced by a new one whose prefill stalls the batch once.
     """
-    spec = resolved.spec
     batch = max(1, min(concurrency, resolved.max_running_requests))
-    dist = accept_dist(profile, spec, workload)
+    mix = tiers(profile, resolved, batch, workload)
+    dist = _mixed([(w, accept_dist(profile, s, workload)) for w, s in mix])
     length = _mean(dist)
     mean_out, m2 = _length_moments(workload, max_tokens)
     steps = expected_decode_steps(dist, workload, max_tokens)
     ctx = input_len + m2 / (2.0 * mean_out)
     t_prefill = prefill_time(profile, input_len)
+
+    def t_iter_at(b: float) -> float:
+        return sum(
+            w * iteration_time(profile, s, b, b * ctx, overlap=resolved.overlap) for w, s in mix
+        )
+
     if 1 < concurrency <= resolved.max_running_requests:
         # Nobody queues, so a finished request's slot stays empty for the iteration that
         # starts before its client's next request arrives (the scheduler never waits for
         # one): each slot decodes `steps` of every `steps + 1` iterations, which then run
         # with a slightly smaller batch.
         decoding = batch * steps / (steps + 1.0)
-        t_iter = iteration_time(profile, spec, decoding, decoding * ctx)
+        t_iter = t_iter_at(decoding)
         cycle = (steps + 1.0) * t_iter + batch * t_prefill
     else:
         # A queued request takes a freed slot at once; alone, the engine waits for it idle.
-        t_iter = iteration_time(profile, spec, batch, batch * ctx)
+        t_iter = t_iter_at(batch)
         cycle = steps * t_iter + batch * t_prefill
     throughput = batch * mean_out / cycle
     req_rate = batch / cycle
     queue_wait = max(0, concurrency - batch) / req_rate
-    return {
+    out: dict[str, Any] = {
         "concurrency": concurrency,
         "batch": batch,
         "output_throughput": round(throughput, 2),
@@ -470,7 +710,7 @@ def predict_level(
         # Spread of the tokens one verify step emits, relative to their mean: how noisy a
         # throughput measurement over a few seconds is (bench/efficiency/cost.py).
         "accept_cv": round(_cv(dist), 4),
-        "accept_rate": round(accept_rate(spec, length), 4),
+        "accept_rate": round(sum(w * accept_rate(sp, length) for w, sp in mix), 4),
         "iteration_ms": round(t_iter * 1000.0, 3),
         "tpot_ms": round((cycle - t_prefill) / max(mean_out - 1.0, 1.0) * 1000.0, 3),
         "ttft_ms": round((queue_wait + t_prefill + t_iter / 2.0) * 1000.0, 2),
@@ -478,3 +718,7 @@ def predict_level(
         "max_running_requests": resolved.max_running_requests,
         "max_total_num_tokens": resolved.max_total_num_tokens,
     }
+    if resolved.adaptive is not None:
+        # Where the controller settles at this load: {steps: share of decode iterations}.
+        out["adaptive_steps"] = {str(sp.steps): round(w, 3) for w, sp in mix}
+    return out

@@ -12,7 +12,7 @@ import asyncio
 import os
 import signal
 
-from autotune.sim import api, httpio, logs, model
+from autotune.sim import adaptive, api, httpio, logs, model
 from autotune.sim.app import SimServer
 from autotune.sim.args import SimArgs
 from autotune.sim.profiles import Profile, get_profile
@@ -50,6 +50,12 @@ async def _life(args: SimArgs) -> int:
         logs.info(
             "WARNING: the simulated server does not model these flags and ignores them: "
             + ", ".join(args.ignored)
+        )
+    unmodelled = adaptive.ignored_keys(args.launch.adaptive_config_text)
+    if args.launch.speculative_adaptive and unmodelled:
+        logs.info(
+            "WARNING: the simulated server reads these adaptive-config keys as 'ema' defaults "
+            "and does not model them: " + ", ".join(unmodelled)
         )
     resolved = model.resolve(profile, args.launch)
     if isinstance(resolved, model.Refusal) and resolved.stage == "args":
@@ -93,6 +99,17 @@ async def _life(args: SimArgs) -> int:
     await asyncio.sleep(total * 0.2)
     if resolved.late_failure is not None:
         _die(resolved.late_failure)
+    if resolved.adaptive is not None:
+        union = list(resolved.adaptive.union)
+        logs.sched(
+            f"AdaptiveSpeculativeParams initialized: steps={resolved.spec.steps}, "
+            f"candidate_steps={union}"
+        )
+        for steps in union:
+            logs.sched(
+                f"Built adaptive runtime state steps={steps}: elapsed={total * 0.02:.2f}s, "
+                f"mem={0.05 * (steps + 1):.2f}GB"
+            )
     graph_gb = free - resolved.available_gpu_mem
     logs.sched(
         f"Capture cuda graph end. Time elapsed: {total * 0.2:.2f} s. mem usage={graph_gb:.2f} GB. "
