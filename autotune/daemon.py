@@ -17,7 +17,7 @@ from typing import Any
 import optuna
 import structlog
 
-from autotune import finalists, objective, reach, storage, unitfile
+from autotune import finalists, objective, reach, storage, unitenv, unitfile
 from autotune import study as st
 from autotune.artifacts import artifact_dir, artifact_store
 from autotune.config import Config
@@ -53,13 +53,14 @@ def check_unit(
     """Parse the base unit and a patched sample; return its current flags. Raises ConfigError."""
     source = str(cfg.target.unit_file)
     argv = unitfile.parse_exec_start(unit_text, source=source).argv
-    tuned = [p.flag for p in cfg.space.params.values()]
+    tuned = list(cfg.space.launch_flags())
     hidden = reach.hidden_flags(argv, [*tuned, get_engine(cfg.target.engine).algorithm_flag])
     if hidden is not None:
         raise ConfigError(source, "ExecStart", hidden)
     current = unitfile.flags(argv)
     sample = cfg.space.enumerate()[0].params
-    patched = cfg.space.patch_unit(unit_text, sample, source=source)
+    unit_dir = str(cfg.target.unit_file.parent)
+    patched = cfg.space.patch_unit(unit_text, sample, source=source, unit_dir=unit_dir)
     problems = unitfile.verify_unit(patched, cfg.target.unit, check_executables=check_executables)
     if problems:
         raise ConfigError(source, None, "systemd-analyze verify: " + problems[0])
@@ -87,7 +88,7 @@ def check_flags(cfg: Config, deployer: Deployer, unit_text: str) -> None:
         return
     source = str(cfg.target.unit_file)
     in_unit = [f for f in unitfile.parse_exec_start(unit_text, source=source).flags() if f]
-    space_flags = {p.flag: name for name, p in cfg.space.params.items()}
+    space_flags = cfg.space.launch_flags()
     problems = engine.flag_problems(text, [*space_flags, *in_unit])
     for flag, why in problems.items():
         if flag in space_flags:
@@ -171,7 +172,7 @@ def _run_with_deployer(
         base_unit = deployer.original_unit()
         current = check_unit(cfg, base_unit, check_executables=cfg.target.deploy != "ssh")
         check_flags(cfg, deployer, base_unit)
-        baseline = st.baseline_of(cfg.space, current)
+        baseline = st.baseline_of(cfg.space, current, unitenv.effective(base_unit))
         st.enqueue_baseline_once(study, baseline)
         pipeline = TrialPipeline(
             cfg, deployer, get_engine(cfg.target.engine), base_unit, api_key(cfg), stop
@@ -288,7 +289,7 @@ def abort_to_known_config(
     try:
         best = st.best_trials(study)
         if cfg.study.on_finish == "apply-best" and best:
-            deployer.deploy(unit_of_trial(pipeline, best[0]))
+            deploy_trial(deployer, pipeline, best[0])
             log.warning("the best config is starting (not waited for)", trial=best[0].number)
         else:
             deployer.restore()
@@ -341,15 +342,16 @@ def describe(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]
 
 def make_deployer(cfg: Config) -> Deployer:
     t = cfg.target
+    companions = cfg.space.companion_paths(str(t.unit_file.parent))
     if t.deploy == "local-process":
         from autotune.deploy.local_process import LocalProcessDeployer
 
         # Logs and the pidfile persist beside the study, so a server left by a killed
         # daemon is found and stopped by the next start.
-        return LocalProcessDeployer(t.unit_file, log_dir=state_dir(cfg))
+        return LocalProcessDeployer(t.unit_file, log_dir=state_dir(cfg), companion_files=companions)
     from autotune.deploy import settings
 
-    sd = settings.systemd_settings(t.unit, str(t.unit_file), t.systemd, cfg.source)
+    sd = settings.systemd_settings(t.unit, str(t.unit_file), t.systemd, cfg.source, companions)
     gw = settings.gpu_wait_settings(t.gpu_wait, cfg.source)
     if t.deploy == "ssh":
         from autotune.deploy.ssh import ssh_deployer
@@ -366,6 +368,13 @@ def unit_of_trial(pipeline: TrialPipeline, t: optuna.trial.FrozenTrial) -> str:
     return pipeline.unit_for(dict(config) if config else None)
 
 
+def deploy_trial(deployer: Deployer, pipeline: TrialPipeline, t: optuna.trial.FrozenTrial) -> None:
+    """Deploy trial `t`'s config: its unit and its companion files."""
+    config = t.user_attrs.get("config")
+    params = dict(config) if config else None
+    deployer.deploy(pipeline.unit_for(params), pipeline.files_for(params))
+
+
 def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: TrialPipeline) -> None:
     """Leave the server on a config someone chose: the best trial's, or the original."""
     action = cfg.study.on_finish
@@ -380,7 +389,7 @@ def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: Trial
     best = st.best_trials(study)
     if action == "apply-best" and best:
         log.info("deploying the best config", trial=best[0].number, config=st.trial_config(best[0]))
-        deployer.deploy(unit_of_trial(pipeline, best[0]))
+        deploy_trial(deployer, pipeline, best[0])
         try:
             pipeline.wait_ready(interruptible=False)
             log.info("serving the best config", trial=best[0].number)
@@ -437,7 +446,7 @@ def apply_trial(cfg: Config, number: int | None) -> int:
     try:
         deployer.preflight()
         pipeline = _pipeline_for(cfg, deployer)
-        deployer.deploy(unit_of_trial(pipeline, trial))
+        deploy_trial(deployer, pipeline, trial)
         try:
             pipeline.wait_ready(interruptible=False)
         except ServerFailed as failed:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,13 +50,33 @@ Value = int | float | str
 Config = dict[str, Value]
 
 FRACTION_SUFFIX = "_frac"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class CompanionFile:
+    """A file the server reads, written next to the unit on the host for each trial."""
+
+    name: str
+    """File name in the unit's directory on the host (or an absolute path)."""
+    content: str
+    """The file's text; `{value}` stands for the parameter's value."""
+    builtin: Value | None = None
+    """The value that means "no file": the flag is left out and the server's default runs."""
+
+    def path(self, unit_dir: str) -> str:
+        return self.name if self.name.startswith("/") else f"{unit_dir.rstrip('/')}/{self.name}"
+
+    def text(self, value: Value) -> str:
+        return self.content.replace("{value}", _render(value))
 
 
 @dataclass(frozen=True)
 class Param:
     name: str
     flag: str
-    type: Literal["int", "float", "str"]
+    """The launch flag it sets ("" for an environment variable)."""
+    type: Literal["int", "float", "str", "bool"]
     low: expr.Expr | None = None
     high: expr.Expr | None = None
     choices: tuple[Value, ...] | None = None
@@ -63,6 +84,23 @@ class Param:
     log: bool = False
     when: expr.Expr | None = None
     """The parameter applies only where this holds; elsewhere it has no value and no flag."""
+    env: str | None = None
+    """Set as `Environment=NAME=value` in the unit's [Service] instead of a flag."""
+    file: CompanionFile | None = None
+    """The value becomes a file on the host; `flag` gets the file's path."""
+
+    @property
+    def label(self) -> str:
+        """Where the value goes, for people: the flag, or `Environment=NAME`."""
+        return self.flag or f"Environment={self.env}"
+
+    def rendered(self, value: Value) -> str | None:
+        """The flag's or variable's value text; None: a bare boolean flag."""
+        if self.type == "bool":
+            if self.env is not None:
+                return "1" if value else "0"
+            return None
+        return _render(value)
 
     @property
     def depends_on(self) -> frozenset[str]:
@@ -274,23 +312,100 @@ class SearchSpace:
         return lo, max(lo, hi)
 
     # -- what a person and the simulator see ---------------------------------
-    def flags(self, config: Mapping[str, Value]) -> dict[str, str]:
-        """The launch flags `config` sets (parameters that do not apply set none)."""
-        return {self.params[n].flag: _render(config[n]) for n in self.order if n in config}
+    def launch_flags(self) -> dict[str, str]:
+        """Every launch flag the space sets -> its parameter (environment variables not)."""
+        return {p.flag: n for n, p in self.params.items() if p.flag}
+
+    def flags(self, config: Mapping[str, Value], unit_dir: str = ".") -> dict[str, str | None]:
+        """The launch flags `config` sets (parameters that do not apply set none; a bare
+        boolean flag maps to None; a companion file's flag to its path in `unit_dir`)."""
+        out: dict[str, str | None] = {}
+        for n in self.order:
+            p = self.params[n]
+            if n not in config or not p.flag or self._absent(p, config[n]):
+                continue
+            out[p.flag] = p.file.path(unit_dir) if p.file else p.rendered(config[n])
+        return out
 
     def removed_flags(self, config: Mapping[str, Value]) -> list[str]:
-        """Flags of parameters that do not apply to `config`: taken out of the unit."""
-        return [self.params[n].flag for n in self.order if n not in config]
+        """Flags of parameters that do not apply to `config` (or are off): out of the unit."""
+        return [
+            p.flag
+            for n in self.order
+            if (p := self.params[n]).flag and (n not in config or self._absent(p, config[n]))
+        ]
+
+    def describe(self, config: Mapping[str, Value]) -> str:
+        """What `config` puts in the unit, for people: `--flag value`, `--switch`,
+        `NAME=value` (environment), `--flag <file: value>` (a companion file)."""
+        words = []
+        for n in self.order:
+            p = self.params[n]
+            if n not in config or (p.flag and self._absent(p, config[n])):
+                continue
+            v = config[n]
+            if p.env is not None:
+                words.append(f"{p.env}={p.rendered(v)}")
+            elif p.file is not None:
+                words.append(f"{p.flag} <{p.file.name}: {_render(v)}>")
+            elif p.rendered(v) is None:
+                words.append(p.flag)
+            else:
+                words.append(f"{p.flag} {p.rendered(v)}")
+        return " ".join(words)
+
+    def environment(self, config: Mapping[str, Value]) -> dict[str, str]:
+        """`Environment=` variables `config` sets."""
+        out: dict[str, str] = {}
+        for n in self.order:
+            p = self.params[n]
+            if p.env is not None and n in config:
+                out[p.env] = p.rendered(config[n]) or ""
+        return out
+
+    def removed_environment(self, config: Mapping[str, Value]) -> list[str]:
+        return [p.env for n, p in self.params.items() if p.env is not None and n not in config]
+
+    def files(self, config: Mapping[str, Value], unit_dir: str) -> dict[str, str | None]:
+        """Companion files on the host -> their text for `config` (None: must not exist)."""
+        out: dict[str, str | None] = {}
+        for n in self.order:
+            p = self.params[n]
+            if p.file is None:
+                continue
+            path = p.file.path(unit_dir)
+            present = n in config and not self._absent(p, config[n])
+            out[path] = p.file.text(config[n]) if present else None
+        return out
+
+    def companion_paths(self, unit_dir: str) -> list[str]:
+        return [p.file.path(unit_dir) for p in self.params.values() if p.file is not None]
+
+    @staticmethod
+    def _absent(p: Param, value: Value) -> bool:
+        """A value that puts nothing in the unit: a boolean flag off, a file's builtin."""
+        if p.type == "bool" and p.env is None:
+            return not value
+        return p.file is not None and p.file.builtin is not None and value == p.file.builtin
 
     def patch_unit(
-        self, unit_text: str, config: Mapping[str, Value], source: str | None = None
+        self,
+        unit_text: str,
+        config: Mapping[str, Value],
+        source: str | None = None,
+        unit_dir: str = ".",
     ) -> str:
-        """`unit_text` running `config`: its flags set, flags that do not apply removed."""
-        from autotune import unitfile
+        """`unit_text` running `config`: its flags and environment set, those that do not
+        apply removed; every other byte unchanged."""
+        from autotune import unitenv, unitfile
 
-        return unitfile.patch_unit(
-            unit_text, self.flags(config), self.removed_flags(config), source=source
+        text = unitfile.patch_unit(
+            unit_text, self.flags(config, unit_dir), self.removed_flags(config), source=source
         )
+        env, gone = self.environment(config), self.removed_environment(config)
+        if env or gone:
+            text = unitenv.patch_environment(text, env, gone, source=source)
+        return text
 
     def key(self, config: Mapping[str, Value]) -> tuple[tuple[str, Value], ...]:
         """Identity of a config, for recognising one that was measured already."""
@@ -378,6 +493,10 @@ def _holds(condition: expr.Expr | None, config: Mapping[str, Value]) -> bool:
 
 
 def _cast(p: Param, v: Any) -> Value:
+    if p.type == "bool":
+        if isinstance(v, str):
+            return v.strip().lower() in ("1", "true", "yes", "on")
+        return bool(v)
     if p.type == "int":
         if isinstance(v, float) and not v.is_integer():
             raise ValueError(f"{p.name}: {v} is not an integer")
@@ -388,6 +507,8 @@ def _cast(p: Param, v: Any) -> Value:
 
 
 def _render(v: Value) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
     if isinstance(v, float) and v.is_integer():
         return repr(v)
     return str(v)
@@ -414,7 +535,8 @@ def _topological_order(source: str, params: Mapping[str, Param]) -> list[str]:
 
 
 # -- loading ------------------------------------------------------------------
-_PARAM_KEYS = {"flag", "type", "low", "high", "choices", "value", "log", "when"}
+_PARAM_KEYS = {"flag", "type", "low", "high", "choices", "value", "log", "when", "env", "file"}
+_FILE_KEYS = {"name", "content", "builtin"}
 _RULE_KEYS = {"when", "set", "require", "why"}
 
 
@@ -534,13 +656,25 @@ def _param(source: str, name: Any, spec: Any, names: set[str]) -> Param:
     unknown = set(spec) - _PARAM_KEYS
     if unknown:
         raise ConfigError(source, f"{key}.{sorted(unknown)[0]}", "unknown key")
+    env = spec.get("env")
     flag = spec.get("flag")
-    if not isinstance(flag, str) or not flag.startswith("-") or " " in flag:
+    if env is not None:
+        if flag is not None or "file" in spec:
+            raise ConfigError(source, key, "give either 'flag' (with an optional 'file') or 'env'")
+        if not isinstance(env, str) or not _ENV_NAME.match(env):
+            raise ConfigError(source, f"{key}.env", f"must be a variable name, got {env!r}")
+        flag = ""
+    elif not isinstance(flag, str) or not flag.startswith("-") or " " in flag:
         example = "--" + name.replace("_", "-")
         raise ConfigError(source, f"{key}.flag", f"must be a launch flag like {example}")
     ptype = spec.get("type", "int")
-    if ptype not in ("int", "float", "str"):
-        raise ConfigError(source, f"{key}.type", f"must be int, float or str, not {ptype!r}")
+    if ptype not in ("int", "float", "str", "bool"):
+        raise ConfigError(source, f"{key}.type", f"must be int, float, str or bool, not {ptype!r}")
+    if ptype == "bool":
+        spec = {**spec, "choices": spec.get("choices", [False, True])}
+        if not all(isinstance(c, bool) for c in spec["choices"]):
+            raise ConfigError(source, f"{key}.choices", "a bool parameter takes true/false")
+    companion = _companion(source, key, spec.get("file"), ptype)
     others = names - {name}
 
     def parse(k: str) -> expr.Expr | None:
@@ -584,7 +718,47 @@ def _param(source: str, name: Any, spec: Any, names: set[str]) -> Param:
     dependent = bool((low is not None and low.names) or (high is not None and high.names))
     if dependent and ptype != "int":
         raise ConfigError(source, key, "a range that depends on other parameters must be int")
-    return Param(name, flag, ptype, low, high, choices, value, log, when)
+    builtin = None if companion is None else companion.builtin
+    if builtin is not None and (choices is None or builtin not in choices):
+        problem = f"{builtin!r} is not one of the parameter's choices"
+        raise ConfigError(source, f"{key}.file.builtin", problem)
+    return Param(name, flag, ptype, low, high, choices, value, log, when, env, companion)
+
+
+def _companion(source: str, key: str, raw: Any, ptype: str) -> CompanionFile | None:
+    if raw is None:
+        return None
+    where = f"{key}.file"
+    if not isinstance(raw, dict):
+        raise ConfigError(source, where, "must be a mapping with name and content")
+    unknown = set(raw) - _FILE_KEYS
+    if unknown:
+        raise ConfigError(source, f"{where}.{sorted(unknown)[0]}", "unknown key")
+    if ptype == "bool":
+        raise ConfigError(source, where, "a bool parameter cannot be a file")
+    name = raw.get("name")
+    if (
+        not isinstance(name, str)
+        or not name
+        or name.endswith("/")
+        or (not name.startswith("/") and "/" in name)
+        or any(c.isspace() or ord(c) < 32 for c in name)
+    ):
+        problem = f"must be a file name (next to the unit) or an absolute path, got {name!r}"
+        raise ConfigError(source, f"{where}.name", problem)
+    content = raw.get("content")
+    if not isinstance(content, str) or not content:
+        raise ConfigError(
+            source, f"{where}.content", "must be the file's text ({value} for the value)"
+        )
+    builtin = raw.get("builtin")
+    if builtin is not None and (
+        isinstance(builtin, bool) or not isinstance(builtin, (str, int, float))
+    ):
+        raise ConfigError(
+            source, f"{where}.builtin", f"must be one of the choices, got {builtin!r}"
+        )
+    return CompanionFile(name, content, builtin)
 
 
 def _rule(source: str, i: int, raw: Any, names: set[str]) -> Rule:

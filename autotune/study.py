@@ -155,17 +155,36 @@ class Baseline:
     params: dict[str, Any] | None  # study params to enqueue, or None: run the unit as is
 
 
-def baseline_of(space: SearchSpace, current_flags: Mapping[str, str | None]) -> Baseline:
+def baseline_of(
+    space: SearchSpace,
+    current_flags: Mapping[str, str | None],
+    environment: Mapping[str, str] | None = None,
+) -> Baseline:
+    """The unit's own config as study params, or Baseline(None) when the unit's values are
+    not a config of the space (a knob missing, a companion file's content): run as is."""
     config: dict[str, Any] = {}
     for name in space.order:
         p = space.params[name]
         if not space.applies(name, config):
             continue
-        raw = current_flags.get(p.flag)
+        if p.type == "bool" and p.env is None:
+            config[name] = p.flag in current_flags
+            continue
+        if p.file is not None:
+            if p.flag in current_flags or p.file.builtin is None:
+                return Baseline(None)
+            config[name] = p.file.builtin
+            continue
+        raw = (environment or {}).get(p.env) if p.env is not None else current_flags.get(p.flag)
         if raw is None:
             return Baseline(None)
         try:
-            config[name] = int(raw) if p.type == "int" else float(raw) if p.type == "float" else raw
+            if p.type == "bool":
+                config[name] = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif p.type == "int":
+                config[name] = int(raw)
+            else:
+                config[name] = float(raw) if p.type == "float" else raw
         except ValueError:
             return Baseline(None)
     config = space.apply_rules(config)

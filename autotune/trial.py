@@ -66,11 +66,22 @@ class TrialPipeline:
             cfg.benchmark.workload, max_tokens=cfg.benchmark.max_tokens, seed=cfg.study.seed or 0
         )
 
+    @property
+    def unit_dir(self) -> str:
+        """The unit's directory on the host: where companion files go."""
+        return str(self.cfg.target.unit_file.parent)
+
     def unit_for(self, params: Params | None) -> str:
         """The base unit with the trial's flags patched in (the base unit itself for None)."""
         if params is None:
             return self.base_unit
-        return self.cfg.space.patch_unit(self.base_unit, params)
+        return self.cfg.space.patch_unit(self.base_unit, params, unit_dir=self.unit_dir)
+
+    def files_for(self, params: Params | None) -> dict[str, str | None]:
+        """The companion files the trial's config writes on the host (none for None)."""
+        if params is None:
+            return {}
+        return self.cfg.space.files(params, self.unit_dir)
 
     def run(
         self, params: Params | None, find_measured: FindMeasured, plan: LevelPlan | None = None
@@ -87,7 +98,9 @@ class TrialPipeline:
         attrs: dict[str, Any] = {"workload": self.workload.name}
         started = time.monotonic()
         log.info("deploying", target=self.deployer.description, flags=_flags_text(params, self.cfg))
-        self.deployer.deploy(unit_text)
+        files = self.files_for(params)
+        attrs.update(_files_attrs(files))
+        self.deployer.deploy(unit_text, files)
         try:
             self.wait_ready()
             info = asyncio.run(
@@ -376,7 +389,7 @@ class TrialPipeline:
         measuring it would record the unit's own config under this trial's name."""
         space = self.cfg.space
         asked = self.engine.runs(self._canonical(dict(params)))
-        flags = {name: p.flag for name, p in space.params.items()}
+        flags = {name: p.label for name, p in space.params.items()}
         missed = reach.unreached(asked, info.resolved, flags)
         if missed:
             raise StudyStopped(str(self.cfg.target.unit_file), "ExecStart", missed[0].line())
@@ -389,7 +402,7 @@ class TrialPipeline:
             return
         flag = failed.flag
         space = self.cfg.space
-        by_flag = {p.flag: name for name, p in space.params.items()}
+        by_flag = space.launch_flags()
         if flag in by_flag and params is not None:
             raise StudyStopped(space.source, f"params.{by_flag[flag]}.flag", failed.reason)
         raise StudyStopped(str(self.cfg.target.unit_file), "ExecStart", failed.reason)
@@ -419,6 +432,11 @@ _LATENCY_ATTRS = (
     ("ttft_p99_ms", "ttft_ms_p99"),
     ("itl_p50_ms", "itl_ms_p50"),
 )
+
+
+def _files_attrs(files: Mapping[str, str | None]) -> dict[str, Any]:
+    """The companion files as the trial's record shows them (the text, or absent)."""
+    return {"files": dict(files)} if files else {}
 
 
 def _with_logged_capacity(info: ServerInfo, logged: tuple[int | None, int | None]) -> ServerInfo:
@@ -473,7 +491,7 @@ def _failure_attrs(kind: str, reason: str) -> dict[str, Any]:
 def _flags_text(params: Params | None, cfg: Config) -> str:
     if params is None:
         return "(unit file as is)"
-    return " ".join(f"{f} {v}" for f, v in cfg.space.flags(params).items())
+    return cfg.space.describe(params)
 
 
 def _pm(share: float | None) -> str:

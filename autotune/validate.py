@@ -160,7 +160,7 @@ def _unit(cfg: Config, text: str) -> str:
     check_unit(cfg, text, check_executables=cfg.target.deploy == "local-process")
     engine = get_engine(cfg.target.engine)
     flags = unitfile.parse_exec_start(text, source=source).flags()
-    tuned = {p.flag for p in cfg.space.params.values()}
+    tuned = set(cfg.space.launch_flags())
     if engine.algorithm_flag not in flags and engine.algorithm_flag not in tuned:
         raise ConfigError(
             source,

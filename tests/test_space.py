@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from autotune.errors import ConfigError
-from autotune.space import load_space, space_from_dict
+from autotune.space import SearchSpace, load_space, space_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 EAGLE = REPO / "search_spaces" / "sglang-eagle.yaml"
@@ -254,3 +254,50 @@ def test_the_llamacpp_space_keeps_each_types_knobs_to_itself() -> None:
         prefix = {"none": "-", "ngram-simple": "spec_ngram_simple_",
                   "ngram-map-k": "spec_ngram_map_k_", "ngram-mod": "spec_ngram_mod_"}  # fmt: skip
         assert all(k.startswith(prefix[c["spec_type"]]) for k in own), c
+
+
+# -- knobs that are not flags: a switch, an environment variable, a companion file -------
+def _one(spec: dict) -> SearchSpace:
+    return space_from_dict({"params": {"knob": spec}}, "space.yaml")
+
+
+@pytest.mark.parametrize(
+    ("spec", "key", "problem"),
+    [
+        ({"env": "1X", "type": "bool"}, "params.knob.env", "must be a variable name"),
+        ({"env": "X", "flag": "--x", "choices": [1]}, "params.knob", "either 'flag'"),
+        ({"flag": "--x", "type": "bool", "choices": [0, 1]}, "params.knob.choices", "true/false"),
+        ({"flag": "--c", "type": "str", "choices": ["a"], "file": {"name": "d/x.json",
+          "content": "{value}"}}, "params.knob.file.name", "file name"),
+        ({"flag": "--c", "type": "str", "choices": ["a"], "file": {"name": "x.json",
+          "content": "{value}", "builtin": "none"}}, "params.knob.file.builtin", "not one of"),
+        ({"flag": "--c", "type": "str", "choices": ["a"], "file": {"name": "x.json"}},
+         "params.knob.file.content", "the file's text"),
+        ({"flag": "--c", "type": "bool", "file": {"name": "x", "content": "y"}},
+         "params.knob.file", "cannot be a file"),
+    ],
+)  # fmt: skip
+def test_bad_non_flag_knobs_name_the_key(spec: dict, key: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _one(spec)
+    assert f"space.yaml: {key}: " in str(err.value) and problem in str(err.value)
+
+
+def test_a_switch_is_a_bare_flag_or_no_flag() -> None:
+    space = _one({"flag": "--speculative-adaptive", "type": "bool"})
+    unit = "[Service]\nExecStart=/bin/server --port 1\n"
+    on = space.patch_unit(unit, {"knob": True})
+    assert on == "[Service]\nExecStart=/bin/server --port 1 --speculative-adaptive\n"
+    assert space.patch_unit(on, {"knob": False}) == unit
+
+
+def test_a_companion_file_sets_its_flag_to_the_path_and_its_builtin_leaves_both_out() -> None:
+    space = _one({"flag": "--cfg", "type": "str", "choices": ["default", "1,3"],
+                  "file": {"name": "a.json", "content": '{"1": [{value}]}',
+                           "builtin": "default"}})  # fmt: skip
+    unit = "[Service]\nExecStart=/bin/server --cfg /etc/x/a.json\n"
+    assert space.files({"knob": "1,3"}, "/etc/x") == {"/etc/x/a.json": '{"1": [1,3]}'}
+    assert space.files({"knob": "default"}, "/etc/x") == {"/etc/x/a.json": None}
+    assert space.patch_unit(unit, {"knob": "1,3"}, unit_dir="/etc/x") == unit
+    assert space.patch_unit(unit, {"knob": "default"}) == "[Service]\nExecStart=/bin/server\n"
+    assert space.describe({"knob": "1,3"}) == "--cfg <a.json: 1,3>"

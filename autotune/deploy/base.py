@@ -7,6 +7,7 @@ and hand back the log of the current start.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 
@@ -27,8 +28,9 @@ class Deployer(Protocol):
     def original_unit(self) -> str:
         """The unit text as it was before this study touched it (backed up once)."""
 
-    def deploy(self, unit_text: str) -> None:
-        """Install `unit_text` as the unit and restart the service with it."""
+    def deploy(self, unit_text: str, files: Mapping[str, str | None] | None = None) -> None:
+        """Install `unit_text` as the unit, and `files` (host path -> text; None: must not
+        exist) beside it, each backed up once; restart the service with them."""
 
     def is_running(self) -> bool:
         """True while the service's main process is alive (not whether it is ready)."""
@@ -46,7 +48,7 @@ class Deployer(Protocol):
         """Stop the service (used only on explicit request; a study never leaves it stopped)."""
 
     def restore(self) -> None:
-        """Put the original unit back and restart the service with it."""
+        """Put the original unit and companion files back and restart the service with them."""
 
     def close(self) -> None:
         """Release connections and locks. A local child process is left as the user chose."""

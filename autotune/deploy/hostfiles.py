@@ -98,6 +98,57 @@ _REMOVE = """
 rm -f -- "$1"
 """
 
+# A companion file may not exist before the study: its backup is then an empty
+# marker `<file>.autotune-absent`, so that a restore (even by another process
+# after a crash) knows to remove the file rather than leave the last trial's.
+_KEEP_ORIGINAL = """
+set -eu
+src=$1 backup=$2 absent=$3
+if [ -e "$backup" ] || [ -e "$absent" ]; then echo kept; exit 0; fi
+dir=$(dirname -- "$backup")
+base=$(basename -- "$backup")
+tmp=$(mktemp -- "$dir/.$base.autotune-XXXXXX")
+trap 'rm -f -- "$tmp"' EXIT HUP INT TERM
+if [ -e "$src" ]; then
+    cp -p -- "$src" "$tmp"
+    sync -- "$tmp" 2>/dev/null || sync
+    if ln -- "$tmp" "$backup" 2>/dev/null; then echo created; else echo kept; fi
+else
+    if ln -- "$tmp" "$absent" 2>/dev/null; then echo absent; else echo kept; fi
+fi
+sync -- "$dir" 2>/dev/null || true
+"""
+
+# Put the original back (or remove the file when there was none), then drop the backup.
+_PUT_BACK = """
+set -eu
+dst=$1 backup=$2 absent=$3
+if [ -e "$backup" ]; then
+    dir=$(dirname -- "$dst")
+    base=$(basename -- "$dst")
+    tmp=$(mktemp -- "$dir/.$base.autotune-XXXXXX")
+    trap 'rm -f -- "$tmp"' EXIT HUP INT TERM
+    cp -p -- "$backup" "$tmp"
+    sync -- "$tmp" 2>/dev/null || sync
+    mv -f -- "$tmp" "$dst"
+    trap - EXIT HUP INT TERM
+    rm -f -- "$backup"
+    echo restored
+elif [ -e "$absent" ]; then
+    rm -f -- "$dst" "$absent"
+    echo removed
+else
+    echo untouched
+fi
+sync -- "$(dirname -- "$dst")" 2>/dev/null || true
+"""
+
+
+def companion_backup(path: str) -> tuple[str, str]:
+    """(backup, absent marker) of a companion file."""
+    return f"{path}.autotune-orig", f"{path}.autotune-absent"
+
+
 _WRITABLE_DIR = """
 dir=$(dirname -- "$1")
 [ -d "$dir" ] || { echo "directory $dir does not exist" >&2; exit 1; }
@@ -180,6 +231,27 @@ class HostFiles:
         result = self._sh(_REMOVE, [path])
         if not result.ok:
             raise self._fail(f"removing {path}", result)
+
+    def keep_original(self, path: str) -> str:
+        """Back a companion file up once (or mark it absent); "created", "absent" or "kept"."""
+        backup, absent = companion_backup(path)
+        result = self._sh(_KEEP_ORIGINAL, [path, backup, absent])
+        if not result.ok:
+            raise self._fail(f"backing up {path}", result)
+        return result.out.strip()
+
+    def put_back(self, path: str) -> str:
+        """Undo `keep_original`: "restored", "removed" or "untouched" (nothing was kept)."""
+        backup, absent = companion_backup(path)
+        result = self._sh(_PUT_BACK, [path, backup, absent])
+        if not result.ok:
+            raise self._fail(f"restoring {path}", result)
+        return result.out.strip()
+
+    def forget_original(self, path: str) -> None:
+        backup, absent = companion_backup(path)
+        for p in (backup, absent):
+            self.remove(p)
 
     def check_dir_writable(self, path: str) -> None:
         """DeployError unless a file could be created next to `path` (creates nothing)."""

@@ -29,11 +29,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from autotune.deploy.hostfiles import HostFiles
+from autotune.deploy.runner import LocalRunner
 from autotune.errors import ConfigError, DeployError
 from autotune.log import get
 from autotune.unitfile import (
@@ -79,8 +81,12 @@ class LocalProcessDeployer:
         env: Mapping[str, str] | None = None,
         stop_timeout: float | None = None,
         keep_running: bool = False,
+        companion_files: Sequence[str] = (),
     ) -> None:
         self.unit_path = Path(unit_path)
+        self.companion_files = tuple(companion_files)
+        # The same host-side scripts as over SSH, run here: one backup discipline.
+        self._files = HostFiles(LocalRunner(), sudo=False)
         self.description = f"local process ({self.unit_path.name})"
         self.keep_running = keep_running
         self._own_dir = log_dir is None
@@ -122,15 +128,22 @@ class LocalProcessDeployer:
                 ) from exc
         return self._original
 
-    def deploy(self, unit_text: str) -> None:
+    def deploy(self, unit_text: str, files: Mapping[str, str | None] | None = None) -> None:
         """Start `unit_text`'s command with a fresh log, after stopping the current child.
 
         The unit is checked first: a unit that cannot start leaves the current
-        child running and raises ConfigError.
+        child running and raises ConfigError. `files` are written (or removed) beside
+        the unit once the old child is gone, each backed up once.
         """
         command = self._prepare(unit_text)
         self.stop()
         self.stop_leftover()
+        for path, text in (files or {}).items():
+            self._files.keep_original(path)
+            if text is None:
+                self._files.remove(path)
+            else:
+                self._files.write_atomic(path, text.encode("utf-8"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._write_working_copy(unit_text)
         self._starts += 1
@@ -229,7 +242,10 @@ class LocalProcessDeployer:
             (self.log_dir / PIDFILE).write_text(f"{pid} {started}\n")
 
     def restore(self) -> None:
-        """Start the user's original unit again."""
+        """Put the companion files back and start the user's original unit again."""
+        self.stop()
+        for path in self.companion_files:
+            self._files.put_back(path)
         self.deploy(self.original_unit())
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from autotune.deploy.gpu_wait import GpuWaitSettings
@@ -106,8 +106,17 @@ def gpu_wait_settings(
 
 
 def systemd_settings(
-    unit: str, unit_file: str | None, raw: Mapping[str, Any] | None, file: str | None = None
+    unit: str,
+    unit_file: str | None,
+    raw: Mapping[str, Any] | None,
+    file: str | None = None,
+    companion_files: Sequence[str] = (),
 ) -> SystemdSettings:
-    """`target.unit`, `target.unit_file` and the optional `target.systemd` mapping."""
-    fixed = {"unit": unit, "unit_file": unit_file}
+    """`target.unit`, `target.unit_file` and the optional `target.systemd` mapping;
+    `companion_files` are the search space's files beside the unit."""
+    fixed: dict[str, Any] = {
+        "unit": unit,
+        "unit_file": unit_file,
+        "companion_files": tuple(companion_files),
+    }
     return from_mapping(SystemdSettings, raw, file=file, key="target.systemd", fixed=fixed)

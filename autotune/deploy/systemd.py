@@ -14,6 +14,7 @@ A server that fails to start is not an error here: `is_running()`,
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from autotune import log
@@ -80,6 +81,8 @@ class SystemdSettings:
     journalctl: str = "journalctl"
     restart_timeout_s: float = 300.0
     """For `systemctl restart/stop`, which wait for the old server to shut down."""
+    companion_files: tuple[str, ...] = ()
+    """Files the search space writes beside the unit (backed up once, put back by restore)."""
 
     def __post_init__(self) -> None:
         check_unit_name(self.unit)
@@ -87,6 +90,8 @@ class SystemdSettings:
             value = getattr(self, name)
             if value is not None:
                 check_path(value, name)
+        for path in self.companion_files:
+            check_path(path, "a companion file")
         _check_command(self.systemctl, "systemctl")
         _check_command(self.journalctl, "journalctl")
         if self.restart_timeout_s <= 0:
@@ -303,8 +308,16 @@ class SystemdDeployer:
         text = self._files.read(self.settings.resolved_unit_file)
         return None if text is None else text.decode("utf-8", errors="replace")
 
-    def deploy(self, unit_text: str) -> None:
+    def deploy(self, unit_text: str, files: Mapping[str, str | None] | None = None) -> None:
         self._ensure_backup()
+        for path, text in (files or {}).items():
+            if self._files.keep_original(path) != "kept":
+                self._log.info("companion.backed_up", path=path)
+            if text is None:
+                self._files.remove(path)
+            else:
+                self._files.write_atomic(path, text.encode("utf-8"))
+                self._log.info("companion.written", path=path)
         self._files.write_atomic(self.settings.resolved_unit_file, unit_text.encode("utf-8"))
         self._log.info("unit.written", path=self.settings.resolved_unit_file)
         # Always: without it systemd would restart the previous config.
@@ -384,6 +397,10 @@ class SystemdDeployer:
         """Put the original unit back (byte for byte) and restart the service with it."""
         self._lock.ensure()
         s = self.settings
+        for path in s.companion_files:
+            done = self._files.put_back(path)
+            if done != "untouched":
+                self._log.info("companion." + done, path=path)
         if not self._files.exists(s.resolved_backup_file):
             # Nothing was changed by a study; only make sure the service runs.
             self._log.info("restore.no_backup", backup=s.resolved_backup_file)
@@ -398,6 +415,8 @@ class SystemdDeployer:
         """Delete the backup once a study is over, so the next study backs up the unit afresh."""
         self._lock.ensure()
         self._files.remove(self.settings.resolved_backup_file)
+        for path in self.settings.companion_files:
+            self._files.forget_original(path)
         self._backed_up = False
 
     def close(self) -> None:

@@ -61,7 +61,7 @@ def _flags(cfg: Config, config: Mapping[str, Any]) -> str:
     known = {k: v for k, v in config.items() if k in cfg.space.params}
     if not known or not cfg.space.complete(known):
         return "(the unit file's own flags)"
-    return " ".join(f"{flag} {value}" for flag, value in cfg.space.flags(known).items())
+    return cfg.space.describe(known)
 
 
 def _workload_text(settings: Mapping[str, Any]) -> str:
