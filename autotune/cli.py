@@ -159,6 +159,18 @@ def _parser() -> argparse.ArgumentParser:
         "put the original unit back, restart it and wait until it serves",
         worker_arg=True,
     )
+    export = add(
+        "export-adaptive",
+        _export_adaptive,
+        "write SGLang's adaptive config that runs each concurrency level's static winner",
+    )
+    export.add_argument("--out", help="the JSON file (default: <study>-adaptive.json by the db)")
+    export.add_argument(
+        "--measure",
+        action="store_true",
+        help="deploy and benchmark it (and SGLang's default adaptive config if the study has "
+        "not), then compare per level",
+    )
     dashboard = add("dashboard", _dashboard, "optuna-dashboard for the study, on 127.0.0.1")
     dashboard.add_argument("--port", type=int, default=8080, help="port (default: 8080)")
     report = add("report", _report, "write the study's HTML report")
@@ -406,6 +418,26 @@ def _restore(args: argparse.Namespace) -> int:
         daemon.restore_original(cfg)
         who = f" on {cfg.worker}" if cfg.worker else ""
         print(f"serving the original {cfg.target.unit}{who}")
+    return 0
+
+
+def _export_adaptive(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from autotune import export_adaptive as ea
+    from autotune import study as st
+
+    cfg = _load(args)
+    path, data, winners = ea.export(cfg, Path(args.out) if args.out else None)
+    for w in winners:
+        tok_s = f"{w.tok_s:.1f} tok/s, trial {w.trial}"
+        print(f"c={w.concurrency:<4} best chain: steps {w.steps} ({tok_s})")
+    print(f"wrote {path}: {json.dumps(data)}")
+    if not args.measure:
+        return 0
+    ea.measure(cfg, data)
+    rows = ea.comparison(cfg, st.open_study(cfg, create=False))
+    print(ea.table(rows))
     return 0
 
 

@@ -422,7 +422,7 @@ def _keep_serving(deployer: Deployer, local: bool) -> None:
 __all__ = ["AutotuneError", "StudySummary", "objective", "run_study"]
 
 
-def _pipeline_for(cfg: Config, deployer: Deployer) -> TrialPipeline:
+def pipeline_for(cfg: Config, deployer: Deployer) -> TrialPipeline:
     return TrialPipeline(
         cfg, deployer, get_engine(cfg.target.engine), deployer.original_unit(), api_key(cfg)
     )
@@ -445,7 +445,7 @@ def apply_trial(cfg: Config, number: int | None) -> int:
     keep = False
     try:
         deployer.preflight()
-        pipeline = _pipeline_for(cfg, deployer)
+        pipeline = pipeline_for(cfg, deployer)
         deploy_trial(deployer, pipeline, trial)
         try:
             pipeline.wait_ready(interruptible=False)
@@ -466,7 +466,7 @@ def restore_original(cfg: Config) -> None:
     deployer = make_deployer(cfg)
     try:
         deployer.preflight()
-        pipeline = _pipeline_for(cfg, deployer)
+        pipeline = pipeline_for(cfg, deployer)
         deployer.restore()
         try:
             pipeline.wait_ready(interruptible=False)

@@ -84,7 +84,12 @@ class TrialPipeline:
         return self.cfg.space.files(params, self.unit_dir)
 
     def run(
-        self, params: Params | None, find_measured: FindMeasured, plan: LevelPlan | None = None
+        self,
+        params: Params | None,
+        find_measured: FindMeasured,
+        plan: LevelPlan | None = None,
+        *,
+        deployment: tuple[str, Mapping[str, str | None]] | None = None,
     ) -> TrialResult:
         """Deploy `params` (None = the unit unchanged), wait, measure and score it.
 
@@ -92,13 +97,15 @@ class TrialPipeline:
         an exception. Transport failures (`DeployError`) propagate: they are
         not the config's fault. `plan` orders the levels and may stop the trial
         after one (`autotune/pruning.py`); without it every level runs in order.
+        `deployment` (unit text, companion files) replaces what `params` would deploy:
+        a config outside the space, measured and checked as `params` says it runs.
         """
         levels = self.cfg.benchmark.concurrency
-        unit_text = self.unit_for(params)
+        unit_text = self.unit_for(params) if deployment is None else deployment[0]
         attrs: dict[str, Any] = {"workload": self.workload.name}
         started = time.monotonic()
         log.info("deploying", target=self.deployer.description, flags=_flags_text(params, self.cfg))
-        files = self.files_for(params)
+        files = dict(self.files_for(params) if deployment is None else deployment[1])
         attrs.update(_files_attrs(files))
         self.deployer.deploy(unit_text, files)
         try:

@@ -249,9 +249,14 @@ class LocalProcessDeployer:
         self.deploy(self.original_unit())
 
     def close(self) -> None:
-        """Stop the child unless `keep_running`; remove the temporary log directory if unused."""
+        """Stop the child unless `keep_running`; remove the temporary log directory if unused.
+
+        A stopped child needs no companion file: the user's own are put back (a kept child
+        still reads the trial's; `autotune restore` puts them back later)."""
         if not self.keep_running:
             self.stop()
+            for path in self.companion_files:
+                self._files.put_back(path)
         if self._own_dir and not (self.keep_running and self.is_running()):
             shutil.rmtree(self.log_dir, ignore_errors=True)
         if self._atexit_registered:

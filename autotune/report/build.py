@@ -9,6 +9,7 @@ from typing import Any
 
 import matplotlib
 
+from autotune import export_adaptive
 from autotune import study as st
 from autotune.bench.workload import load_workload
 from autotune.config import Config
@@ -45,6 +46,9 @@ def build_report(cfg: Config, out_dir: str | Path) -> Path:
         flags=lambda config: _flags(cfg, config),
         workload=_workload_text(data.settings),
         generated=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
+        adaptive=_adaptive_rows(cfg, study),
+        adaptive_export=study.user_attrs.get("adaptive_export"),
+        adaptive_probes=study.user_attrs.get(export_adaptive.PROBES),
     )
     out = Path(out_dir)
     try:
@@ -55,6 +59,14 @@ def build_report(cfg: Config, out_dir: str | Path) -> Path:
         raise AutotuneError(f"cannot write the report in {out}: {exc.strerror}") from None
     log.info("report written", path=str(path), trials=len(data.trials))
     return path
+
+
+def _adaptive_rows(cfg: Config, study: Any) -> list[dict[str, Any]] | None:
+    try:
+        export_adaptive.knobs(cfg)
+    except ConfigError:
+        return None  # not a static-vs-adaptive space
+    return export_adaptive.comparison(cfg, study)
 
 
 def _flags(cfg: Config, config: Mapping[str, Any]) -> str:

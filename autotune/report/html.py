@@ -47,6 +47,10 @@ class Page:
     workload: str
     """What the workload sends, in words."""
     generated: str
+    adaptive: list[dict[str, Any]] | None = None
+    """Static vs adaptive per level (`export_adaptive.comparison`); None: not such a space."""
+    adaptive_export: Mapping[str, Any] | None = None
+    adaptive_probes: Mapping[str, Any] | None = None
 
 
 def esc(value: Any) -> str:
@@ -87,6 +91,7 @@ def render(page: Page) -> str:
         ),
         _winner_unit(page.diff),
         _settings(page),
+        _adaptive(page),
         _infeasible(page),
         _pruned(page),
         _all_trials(page),
@@ -428,6 +433,61 @@ def _pruned(page: Page) -> str:
         "can be declared best or be a finalist.</p>"
     )
     return _section("pruned", "Pruned trials", intro + _table(head, body_rows))
+
+
+def _adaptive(page: Page) -> str:
+    rows = page.adaptive
+    if not rows:
+        return ""
+    names = {"static": "static", "adaptive": "adaptive (study)", "default": "SGLang default",
+             "exported": "exported"}  # fmt: skip
+    head = ["level", "static winner (steps)", "best adaptive trial (candidates)",
+            "SGLang's default adaptive", "exported adaptive", "best"]  # fmt: skip
+    body = []
+    for r in rows:
+        scored = {k: r[k] for k in names if r[k] is not None}
+        best = names[max(scored, key=lambda k: scored[k])] if scored else "—"
+        static = "—" if r["static"] is None else f"{_num(r['static'])} ({r['static_steps']})"
+        adaptive = (
+            "—" if r["adaptive"] is None else f"{_num(r['adaptive'])} ({r['adaptive_candidates']})"
+        )
+        body.append(
+            [
+                esc(f"c={r['concurrency']}"),
+                _cell_num(static),
+                _cell_num(adaptive),
+                _cell_num(_num(r["default"])),
+                _cell_num(_num(r["exported"])),
+                esc(best),
+            ]
+        )
+    intro = (
+        "<p>Output tok/s per concurrency level: the best static chain (topk 1) the study "
+        "measured there, the best adaptive trial, SGLang's built-in adaptive config, and the "
+        "config <code>autotune export-adaptive</code> built from the static winners (each "
+        "batch-size range runs its level's winner). Adaptive configs reserve memory for their "
+        "largest candidate, so they may run fewer requests at once.</p>"
+    )
+    export = page.adaptive_export or {}
+    probes = page.adaptive_probes or {}
+    extra = ""
+    if export.get("config"):
+        extra += "<p>Exported config:</p><pre>" + esc(json.dumps(export["config"])) + "</pre>"
+    for label, probe in probes.items():
+        extra += (
+            f"<p class=note>{esc(label)}: max_running_requests "
+            f"{esc(probe.get('max_running_requests'))}, value {_num(probe.get('value'))}"
+            + (f", {esc(probe.get('reason'))}" if probe.get("reason") else "")
+            + "</p>"
+        )
+    if not probes:
+        extra += (
+            "<p class=note>Run <code>autotune export-adaptive --measure</code> to measure the "
+            "exported config.</p>"
+        )
+    return _section(
+        "adaptive", "Static or adaptive speculation", intro + _table(head, body) + extra
+    )
 
 
 def _all_trials(page: Page) -> str:

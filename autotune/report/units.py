@@ -100,4 +100,4 @@ def _render(cfg: Config, original: str, t: TrialRow) -> str:
     params = {k: v for k, v in t.config.items() if k in cfg.space.params}
     if not params or not cfg.space.complete(params):
         return original  # the unit as is (a baseline that ran the file unchanged)
-    return cfg.space.patch_unit(original, params)
+    return cfg.space.patch_unit(original, params, unit_dir=str(cfg.target.unit_file.parent))
