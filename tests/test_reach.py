@@ -137,3 +137,26 @@ def test_a_wrapper_script_that_drops_the_flags_stops_the_study(tmp_path: Path) -
     for t in trials:
         if t["state"] in ("COMPLETE", "PRUNED"):
             assert t["config"]["speculative_num_steps"] == 3, t
+
+
+def test_an_environment_file_setting_a_tuned_variable_is_refused(tmp_path: Path) -> None:
+    space = {
+        "engine": "sglang",
+        "params": {
+            "spec_v2": {"env": "SGLANG_ENABLE_SPEC_V2", "type": "bool"},
+            "speculative_num_steps": {"flag": "--speculative-num-steps", "choices": [2, 3]},
+        },
+    }
+    config = study_dir(tmp_path, space=space)
+    env_file = tmp_path / "sglang.env"
+    env_file.write_text("# site settings\nSGLANG_ENABLE_SPEC_V2=0\n")
+    unit = tmp_path / "sim.service"
+    unit.write_text(
+        unit.read_text().replace("[Service]\n", f"[Service]\nEnvironmentFile={env_file}\n")
+    )
+    proc = autotune("validate", "--config", str(config), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert (
+        f"sim.service: EnvironmentFile: {env_file} sets SGLANG_ENABLE_SPEC_V2, which overrides"
+        in proc.stdout + proc.stderr
+    )
