@@ -349,8 +349,12 @@ def _best(args: argparse.Namespace) -> int:
     for d in described:
         print(f"best trial {d['trial']} of study {d['study']}: value {d['value']}")
         print(f"  ({d['chosen_by']})")
+        known = {k: v for k, v in d["resolved"].items() if k in cfg.space.params}
+        if known and cfg.space.complete(known):
+            print(f"  {cfg.space.describe(known)}")
         for k, v in d["resolved"].items():
-            print(f"  --{k.replace('_', '-')} {v}")
+            if k not in known:
+                print(f"  --{k.replace('_', '-')} {v}")
         for k, v in d["metrics"].items():
             print(f"  {k}: {v}")
     return 0
