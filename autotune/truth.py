@@ -9,6 +9,7 @@ study found with this optimum. It answers the same question as
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,16 +58,46 @@ def study_truth(
     """Every config of `cfg.space`, scored by the simulator's model like the study scores it."""
     parsed = sim_args_of_unit(unit_text)
     prof = get_profile(profile or parsed.sim.profile)
-    return space_truth(
-        prof,
-        parsed.launch,
-        [c.params for c in cfg.space.enumerate() if c.valid],
-        cfg.objective,
-        cfg.benchmark.concurrency,
-        workload=workload or _sim_workload(cfg.benchmark.workload),
-        max_tokens=cfg.benchmark.max_tokens,
-        input_len=benchmark_input_len(cfg.benchmark.workload, cfg.benchmark.endpoint),
-    )
+    configs = [c.params for c in cfg.space.enumerate() if c.valid]
+    settings = {
+        "workload": workload or _sim_workload(cfg.benchmark.workload),
+        "max_tokens": cfg.benchmark.max_tokens,
+        "input_len": benchmark_input_len(cfg.benchmark.workload, cfg.benchmark.endpoint),
+    }
+    if all(p.flag and p.type != "bool" and p.file is None for p in cfg.space.params.values()):
+        return space_truth(
+            prof, parsed.launch, configs, cfg.objective, cfg.benchmark.concurrency, **settings
+        )
+    # Switches, environment variables and companion files: the launch is what the patched
+    # unit, its environment and its files give the server, as in a real deployment.
+    return [
+        config_truth(
+            prof,
+            deployed_launch(cfg, unit_text, config),
+            config,
+            cfg.objective,
+            cfg.benchmark.concurrency,
+            **settings,
+        )
+        for config in configs
+    ]
+
+
+def deployed_launch(cfg: Config, unit_text: str, config: dict[str, Any]) -> model.Launch:
+    """The simulator's launch for `config` deployed: the patched unit's flags, its
+    Environment= and the companion files' text."""
+    from autotune import unitenv
+
+    unit_dir = "/autotune-truth"
+    patched = cfg.space.patch_unit(unit_text, config, unit_dir=unit_dir)
+    argv = unitfile.parse_exec_start(patched).argv
+    start = next(i for i, w in enumerate(argv) if w in ("sim", "autotune.sim")) + 1
+    parsed = sim_args.parse(argv[start:], unitenv.effective(patched))
+    files = cfg.space.files(config, unit_dir)
+    path = parsed.launch.speculative_adaptive_config
+    if path is not None and files.get(path) is not None:
+        return dataclasses.replace(parsed.launch, adaptive_config_text=files[path])
+    return parsed.launch
 
 
 def space_truth(

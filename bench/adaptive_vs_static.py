@@ -135,7 +135,8 @@ def _study(folder: Path, profile: str, workload: str, trials: int) -> Path:
                    "ready_timeout": 60},
         "search_space": "sglang-adaptive.yaml",
         "benchmark": {"concurrency": list(LEVELS), "workload": workload,
-                      "max_tokens": MAX_TOKENS, "min_duration": 3.0, "max_duration": 8.0},
+                      "max_tokens": MAX_TOKENS, "min_duration": 2.0, "max_duration": 5.0,
+                      "finalists": 0},
         "objective": {"mode": "geomean"},
     }  # fmt: skip
     path = folder / "autotune.yaml"
