@@ -125,8 +125,10 @@ def _shell_command(argv: list[str]) -> tuple[str, str] | None:
     if program == "busybox" and rest and rest[0] in SHELLS:
         program, rest = rest[0], rest[1:]
     for i, word in enumerate(rest):
-        if not word.startswith("-") or word.startswith("--"):
+        if not word.startswith("-"):
             return None  # a script file: its own arguments follow
+        if word.startswith("--"):
+            continue  # --login, --norc, ...
         if "c" in word[1:] and i + 1 < len(rest):
             return program, rest[i + 1]
     return None

@@ -30,6 +30,7 @@ def _argv(exec_start: str) -> list[str]:
         '/usr/bin/env -i HOME=/root sh -ec "exec python -m sglang.launch_server"',
         "/bin/busybox sh -c 'python -m sglang.launch_server'",
         "-/bin/dash -c 'python -m sglang.launch_server'",
+        "/bin/bash --login -c 'python -m sglang.launch_server'",
     ],
 )
 def test_a_shell_running_a_command_string_is_found(exec_start: str) -> None:
