@@ -156,17 +156,24 @@ def measure(cfg: Config, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     try:
         deployer.preflight()
         pipeline = daemon.pipeline_for(cfg, deployer)
-        for label, (config, text) in wanted.items():
-            unit = pipeline.unit_for(config)
-            files = pipeline.files_for(config)
-            if text is not None:
-                files = {path: text for path in files}
-            log.info("measuring an adaptive config", probe=label, config=text or "SGLang's default")
-            result = pipeline.run(config, lambda c: None, deployment=(unit, files))
-            probes[label] = _record(result.attrs, result.score.values, unit, files)
-            study.set_user_attr(PROBES, probes)
-            log.info("measured", probe=label, value=_rounded(result.score.values))
-        daemon.finish(cfg, study, deployer, pipeline)
+        try:
+            for label, (config, text) in wanted.items():
+                unit = pipeline.unit_for(config)
+                files = pipeline.files_for(config)
+                if text is not None:
+                    files = {path: text for path in files}
+                what = text or "SGLang's default"
+                log.info("measuring an adaptive config", probe=label, config=what)
+                result = pipeline.run(config, lambda c: None, deployment=(unit, files))
+                probes[label] = _record(result.attrs, result.score.values, unit, files)
+                study.set_user_attr(PROBES, probes)
+                log.info("measured", probe=label, value=_rounded(result.score.values))
+        finally:
+            # Never leave the server on a probe: as a finished study leaves it.
+            try:
+                daemon.finish(cfg, study, deployer, pipeline)
+            except AutotuneError as err:
+                log.error("could not put a known config back", error=str(err))
     finally:
         deployer.close()
     return probes
