@@ -651,11 +651,7 @@ def _param(source: str, name: Any, spec: Any, names: set[str]) -> Param:
     key = f"params.{name}"
     if not isinstance(name, str) or not name.isidentifier():
         raise ConfigError(source, key, "a parameter name must be an identifier (like_this)")
-    if not isinstance(spec, dict):
-        raise ConfigError(source, key, "must be a mapping with at least 'flag'")
-    unknown = set(spec) - _PARAM_KEYS
-    if unknown:
-        raise ConfigError(source, f"{key}.{sorted(unknown)[0]}", "unknown key")
+    _check_mapping(source, key, spec, _PARAM_KEYS, "with at least 'flag'")
     env = spec.get("env")
     flag = spec.get("flag")
     if env is not None:
@@ -725,15 +721,20 @@ def _param(source: str, name: Any, spec: Any, names: set[str]) -> Param:
     return Param(name, flag, ptype, low, high, choices, value, log, when, env, companion)
 
 
+def _check_mapping(source: str, key: str, raw: Any, allowed: set[str], shape: str) -> None:
+    """ConfigError unless `raw` is a mapping whose keys are all in `allowed`."""
+    if not isinstance(raw, dict):
+        raise ConfigError(source, key, f"must be a mapping {shape}")
+    unknown = set(raw) - allowed
+    if unknown:
+        raise ConfigError(source, f"{key}.{sorted(unknown)[0]}", "unknown key")
+
+
 def _companion(source: str, key: str, raw: Any, ptype: str) -> CompanionFile | None:
     if raw is None:
         return None
     where = f"{key}.file"
-    if not isinstance(raw, dict):
-        raise ConfigError(source, where, "must be a mapping with name and content")
-    unknown = set(raw) - _FILE_KEYS
-    if unknown:
-        raise ConfigError(source, f"{where}.{sorted(unknown)[0]}", "unknown key")
+    _check_mapping(source, where, raw, _FILE_KEYS, "with name and content")
     if ptype == "bool":
         raise ConfigError(source, where, "a bool parameter cannot be a file")
     name = raw.get("name")
@@ -763,11 +764,7 @@ def _companion(source: str, key: str, raw: Any, ptype: str) -> CompanionFile | N
 
 def _rule(source: str, i: int, raw: Any, names: set[str]) -> Rule:
     key = f"rules[{i}]"
-    if not isinstance(raw, dict):
-        raise ConfigError(source, key, "must be a mapping with when/set or require")
-    unknown = set(raw) - _RULE_KEYS
-    if unknown:
-        raise ConfigError(source, f"{key}.{sorted(unknown)[0]}", "unknown key")
+    _check_mapping(source, key, raw, _RULE_KEYS, "with when/set or require")
 
     def parse(k: str, v: Any) -> expr.Expr:
         try:
