@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The operator install: a wheel with the search spaces and examples inside.
 .PHONY: run test test-fast lint dist bench bench-sim bench-client bench-efficiency bench-overhead \
 	bench-levels bench-adaptive \
-	llamacpp llamacpp-install clean-demo clean
+	llamacpp llamacpp-install sglang-wheels clean-demo clean
 
 run: $(STAMP)
 	$(BIN)/autotune start
@@ -68,6 +68,18 @@ $(LLAMA_STAMP): $(STAMP)
 # Tune llama-server on both workloads (examples/llamacpp-local.yaml) and print the winners.
 llamacpp: $(LLAMA_STAMP)
 	$(BIN)/python bench/llamacpp_tune.py
+
+# The real SGLang releases tests/conformance/ reads as text (never imported): the versions
+# in autotune/engines/sglang_facts.py CHECKED. pip caches the downloads.
+SGLANG_WHEELS ?= $(HOME)/.cache/autotune/sglang-wheels
+SGLANG_CHECKED = $(shell sed -n 's/^CHECKED = (\(.*\))/\1/p' autotune/engines/sglang_facts.py | tr -d '",')
+
+sglang-wheels: $(STAMP)
+	mkdir -p $(SGLANG_WHEELS)
+	for v in $(SGLANG_CHECKED); do \
+		ls $(SGLANG_WHEELS)/sglang-$$v-*.whl >/dev/null 2>&1 || \
+		$(BIN)/python -m pip download --quiet --no-deps "sglang==$$v" -d $(SGLANG_WHEELS) || exit 1; \
+	done
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

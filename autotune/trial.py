@@ -398,6 +398,18 @@ class TrialPipeline:
         asked = self.engine.runs(self._canonical(dict(params)))
         flags = {name: p.label for name, p in space.params.items()}
         missed = reach.unreached(asked, info.resolved, flags)
+        if not missed and info.launch_flags is not None:
+            # The server's record of its own argv (SGLang 0.5.20 on): a flag autotune wrote
+            # that is not on it never reached the server, whatever the resolved values say.
+            written = space.flags(self._canonical(dict(params)), self.unit_dir)
+            by_flag = space.launch_flags()
+            for flag, want in written.items():
+                got = info.launch_flags.get(flag)
+                ok = got is True if want is None else got is not None and reach.same(want, got)
+                if not ok:
+                    name = by_flag.get(flag, flag)
+                    missed = [reach.Unreached(name, flag, want, "nothing" if got is None else got)]
+                    break
         if missed:
             raise StudyStopped(str(self.cfg.target.unit_file), "ExecStart", missed[0].line())
 

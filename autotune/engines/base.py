@@ -25,6 +25,9 @@ class ServerInfo:
     context_len: int | None = None
     version: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+    launch_flags: dict[str, str | bool] | None = None
+    """The flags on the server's own record of its command line, each with its value (True
+    for a bare switch); None when the engine keeps no such record."""
 
 
 #: Failure kinds that are the installed server's or the unit's fault, never the trial's

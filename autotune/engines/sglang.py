@@ -1,9 +1,10 @@
 """SGLang adapter: readiness, resolved settings, capacity, acceptance and failures.
 
-Every string matched here is one SGLang prints (checked against
-python/sglang/srt/server_args.py, managers/scheduler.py,
-model_executor/model_runner.py, entrypoints/http_server.py across the 0.4-0.5
-releases); the formats that changed between releases are all accepted.
+Supported: SGLang 0.5.6 … 0.5.23 (`sglang_facts.OLDEST` / `NEWEST`). Every string matched
+here is one SGLang prints, held in `engines/sglang_facts.py` with the file it comes from and
+checked against the real wheels by tests/conformance/; the formats that changed between
+releases are all accepted (argparse's prog `launch_server.py` → `sglang serve`, `Decode
+batch.` → `Decode batch,`, `/get_server_info` → `/server_info`).
 """
 
 from __future__ import annotations
@@ -14,28 +15,51 @@ from typing import Any
 
 import httpx
 
+from autotune.engines import sglang_facts as facts
 from autotune.engines._text import clip, describe_exit, opt_int
 from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.errors import ConfigError, ServerFailed
+from autotune.log import get
 
-__all__ = ["READY_LINE", "Capacity", "SGLangEngine", "parse_capacity"]
+__all__ = [
+    "READY_LINE",
+    "Capacity",
+    "SGLangEngine",
+    "launch_flags",
+    "mamba_cap",
+    "parse_capacity",
+    "parse_metrics",
+    "redact_command",
+]
 
-READY_LINE = "The server is fired up and ready to roll!"
+READY_LINE = facts.READY_LINE.text
+log = get("autotune.engines.sglang")
+#: Versions already warned about in this process: one line per server version, not per trial.
+_warned: set[str] = set()
 
 # `[2025-06-10 10:01:21 TP0] ` / `[2025-06-10 10:01:21 DP1 TP3] `: SGLang's log prefix.
 _PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s?")
 _CAPACITY_LINE = re.compile(r"max_total_num_tokens=\d+.*max_prefill_tokens=\d+")
 _FIELD = re.compile(r"(\w+)=(\d+(?:\.\d+)?)(?:\s*GB)?")
-_DECODE = re.compile(r"Decode batch[.,].*?accept len: (\d+(?:\.\d+)?)")
-# argparse's last words: `launch_server.py: error: unrecognized arguments: --x 1`.
-_ARGPARSE = re.compile(r"^\S+: error: (.+)$", re.MULTILINE)
+# `Decode batch, ` (0.5.x), `Decode batch [12], ` (SGLANG_LOG_FORWARD_ITERS), `Decode batch. `.
+_DECODE = re.compile(r"Decode batch(?: \[\d+\])?[.,].*?accept len: (\d+(?:\.\d+)?)")
+# argparse's last words: `sglang serve: error: unrecognized arguments: --x 1` (0.5.10 on) or
+# `launch_server.py: error: ...` (the script's name, older builds).
+_ARGPARSE = re.compile(r"^(?:sglang serve|[\w.-]+): error: (.+)$", re.MULTILINE)
+_UNRECOGNIZED = re.compile(r"^unrecognized arguments: (\S+)")
+_MAMBA_CAP = re.compile(r"max_running_requests is capped to (\d+) by the mamba state cache")
 _EXCEPTION = re.compile(
     r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit))(?:: ?(.*))?$"
 )
 _FRAME = re.compile(r'^\s+File "([^"]+)"(?:, line \d+)?, in (\S+)')
 _REFUSED_TYPES = {"AssertionError", "ValueError", "NotImplementedError"}
 # Code that validates the launch flags: a failure raised here is the flags' fault.
-_ARG_CODE = re.compile(r"server_args\.py|/arg_groups/|launch_server\.py")
+# `speculative/spec_info.py` parses the algorithm's name, `adaptive_spec_params.py` the
+# adaptive config: both run while the arguments are resolved, before anything loads.
+_ARG_CODE = re.compile(
+    r"server_args\.py|/arg_groups/|launch_server\.py|/speculative/spec_info\.py"
+    r"|/speculative/adaptive_spec_params\.py"
+)
 # Lines that show the flags were accepted and the model started loading.
 _LOADING = re.compile(
     r"server_args=ServerArgs\(|Init torch distributed|Load weight begin|Scheduler hit an exception"
@@ -50,6 +74,9 @@ _OOM = re.compile(
     r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|cudaErrorMemoryAllocation"
     r"|CUBLAS_STATUS_ALLOC_FAILED|Not enough memory|Please try to increase --mem-fraction-static"
     r"|runs out of memory|Not enough host memory"
+    # Hybrid (mamba / linear attention) and sliding-window pools (sglang_facts.OOM_MESSAGES).
+    r"|state cache is too small to serve|Not enough GPU memory for hybrid"
+    r"|leaves no room for the full|leave no GPU memory for the KV cache"
 )
 
 
@@ -123,11 +150,12 @@ class SGLangEngine:
     async def server_info(
         self, base_url: str, params: list[str], api_key: str | None
     ) -> ServerInfo:
-        """Resolved settings from `GET /get_server_info` (or `/server_info`).
+        """Resolved settings from `GET /server_info` (`/get_server_info` for a build without).
 
         `resolved` holds each requested name the server reports (SGLang's server
         args use the study names, e.g. `speculative_num_steps`); a name it does
-        not report is left out. `max_running_requests` is the scheduler's
+        not report is left out. `launched` is what its command line asked for
+        (`launch_command`, 0.5.20 on). `max_running_requests` is the scheduler's
         effective cap when the build reports it (`internal_states[*].
         effective_max_running_requests_per_dp`, summed over DP ranks), otherwise
         the configured server arg, which older builds report even when the
@@ -140,28 +168,59 @@ class SGLangEngine:
         async with httpx.AsyncClient(
             base_url=base_url.rstrip("/"), headers=headers, timeout=self.timeout
         ) as client:
-            data = await _get_json(client, "/get_server_info", fallback="/server_info")
+            # /get_server_info logs a deprecation WARNING on every call in every supported build.
+            data = await _get_json(client, "/server_info", fallback="/get_server_info")
             if not isinstance(data, dict):
-                raise ServerFailed("not_ready", "GET /get_server_info did not answer a JSON object")
+                raise ServerFailed("not_ready", "GET /server_info did not answer a JSON object")
             context_len = opt_int(data.get("context_len"))
             if context_len is None:
                 context_len = await _model_len(client)
             if context_len is None:
                 context_len = opt_int(data.get("context_length"))
+        if isinstance(data.get("launch_command"), str):
+            data["launch_command"] = redact_command(data["launch_command"])
+        for secret in ("api_key", "admin_api_key"):
+            if data.get(secret):
+                data[secret] = "<redacted>"
+        version = str(data["version"]) if data.get("version") is not None else None
+        _warn_outside_range(version)
         return ServerInfo(
             resolved={name: data[name] for name in params if name in data},
             max_running_requests=_max_running_requests(data),
             max_total_num_tokens=_max_total_num_tokens(data),
             context_len=context_len,
-            version=str(data["version"]) if data.get("version") is not None else None,
+            version=version,
             raw=data,
+            launch_flags=launch_flags(data.get("launch_command")),
         )
 
     async def counters(self, base_url: str, api_key: str | None) -> Counters | None:
-        # SGLang's /metrics has acceptance gauges over the last logging interval, not
-        # cumulative counters; per-request `spec_verify_ct` (native endpoint) and the
-        # decode log lines give acceptance instead.
-        return None
+        """From `/metrics` (`--enable-metrics`): `sglang:generation_tokens_total`,
+        `sglang:num_requests_total` and `sglang:spec_verify_calls_total` (0.5.13 on), all
+        cumulative. Each request's first token comes from its prefill, so a level's accept
+        length is (Δgenerated − Δrequests) / Δverify calls. None without metrics (404) or
+        on a build without the verify counter: the decode log lines give acceptance then."""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        try:
+            async with httpx.AsyncClient(
+                base_url=base_url.rstrip("/"), headers=headers, timeout=self.timeout
+            ) as client:
+                response = await client.get("/metrics")
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        values = parse_metrics(response.text)
+        generated = values.get("sglang:generation_tokens_total")
+        if generated is None:
+            return None
+        verify = values.get("sglang:spec_verify_calls_total")
+        requests = values.get("sglang:num_requests_total")
+        if verify is None or requests is None:
+            return Counters(output_tokens=generated)
+        return Counters(
+            output_tokens=generated, accepted_tokens=generated - requests - verify, drafts=verify
+        )
 
     def request_failure(self, log_text: str) -> Failure | None:
         return None
@@ -175,11 +234,16 @@ class SGLangEngine:
         return {}
 
     def capacity_from_log(self, log_text: str) -> tuple[int | None, int | None]:
-        """(max_total_num_tokens, max_running_requests) of the last scheduler capacity line."""
+        """(max_total_num_tokens, max_running_requests) of the last scheduler capacity line;
+        for a hybrid model whose state cache capped the requests (0.5.17 on), that cap."""
         capacity = parse_capacity(log_text)
+        cap = mamba_cap(log_text)
         if capacity is None:
-            return None, None
-        return capacity.max_total_num_tokens, capacity.max_running_requests
+            return None, cap
+        running = capacity.max_running_requests
+        if cap is not None and (running is None or cap < running):
+            running = cap
+        return capacity.max_total_num_tokens, running
 
     def accept_length_from_log(self, log_text: str) -> float | None:
         """Mean `accept len` over the decode lines in `log_text` (each covers as many steps).
@@ -208,6 +272,13 @@ class SGLangEngine:
 
         usage = _ARGPARSE.search(text)
         if usage:
+            unknown = _UNRECOGNIZED.match(usage.group(1))
+            if unknown:
+                # A flag this build does not have: every trial would fail the same way.
+                flag = unknown.group(1).split("=", 1)[0]
+                return Failure(
+                    "unsupported_flag", clip(f"this SGLang does not accept {flag}"), flag=flag
+                )
             return Failure("refused", clip(usage.group(1)))
         exceptions = _exceptions(lines)
         first_loading = next((i for i, line in enumerate(lines) if _LOADING.search(line)), None)
@@ -234,7 +305,85 @@ class SGLangEngine:
         return Failure("not_ready", clip(f"{reason}; last log line: {last}" if last else reason))
 
 
+def mamba_cap(log_text: str) -> int | None:
+    """The running-request cap a hybrid model's state cache set (the last such warning)."""
+    found = _MAMBA_CAP.findall(log_text)
+    return int(found[-1]) if found else None
+
+
 # ---------------------------------------------------------------------- HTTP
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text -> {name: value summed over its label sets} (comments skipped)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name = head.split("{", 1)[0].strip()
+        try:
+            out[name] = out.get(name, 0.0) + float(value)
+        except ValueError:
+            continue
+    return out
+
+
+# A flag whose last word names a secret: --api-key, --admin-api-key, --hf-token (not
+# --speculative-num-draft-tokens, not --ssl-keyfile).
+_SECRET_FLAG = re.compile(r"^--(?:[\w-]*-)?(?:key|secret|password|passwd|token)$", re.IGNORECASE)
+
+
+def redact_command(command: str) -> str:
+    """`launch_command` with the values of secret-looking flags (`--api-key`, …) replaced:
+    SGLang redacts only its watermark config, and a study record must never hold a key."""
+    words = command.split()
+    out: list[str] = []
+    hide = False
+    for word in words:
+        flag, eq, _ = word.partition("=")
+        if hide and not word.startswith("--"):
+            out.append("<redacted>")
+        elif eq and _SECRET_FLAG.match(flag):
+            out.append(f"{flag}=<redacted>")
+        else:
+            out.append(word)
+        hide = not eq and bool(_SECRET_FLAG.match(word))
+    return " ".join(out)
+
+
+def launch_flags(command: Any) -> dict[str, str | bool] | None:
+    """Every `--flag` of `launch_command` (the argv joined by spaces, 0.5.20 on) with its
+    value, True for a bare switch; None when the server does not report its command line."""
+    if not isinstance(command, str):
+        return None
+    words = command.split()
+    out: dict[str, str | bool] = {}
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        flag, eq, inline = word.partition("=")
+        if eq:
+            out[flag] = inline
+        else:
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            out[flag] = True if nxt is None or nxt.startswith("--") else nxt
+    return out
+
+
+def _warn_outside_range(version: str | None) -> None:
+    if version is None or version in _warned:
+        return
+    _warned.add(version)
+    inside = facts.in_range(version)
+    if inside is False:
+        log.warning(
+            f"SGLang {version} is outside the versions autotune is checked against "
+            f"({facts.OLDEST} … {facts.NEWEST}): its failures may be labelled wrongly; "
+            "see docs/sglang.md"
+        )
+    elif inside is None:
+        log.warning(f"SGLang reports version {version!r}, which autotune cannot compare")
 
 
 async def _get_json(client: httpx.AsyncClient, path: str, *, fallback: str) -> Any:

@@ -28,11 +28,17 @@ from typing import Any
 
 #: SGLang's built-in config when `--speculative-adaptive-config` is not given.
 DEFAULT_CONFIG: dict[str, Any] = {
-    "1": {"candidate_steps": [1, 3, 5, 7]},
-    "8": {"candidate_steps": [0, 1, 3]},
-    "32": {"candidate_steps": [0, 1]},
-    "64": {"candidate_steps": [0]},
-}
+    # SGLang 0.5.23's DEFAULT_ADAPTIVE_CONFIG (srt/speculative/adaptive_spec_params.py),
+    # hysteresis per entry: only the first range steps down early.
+    "1": {"candidate_steps": [1, 3, 5, 7], "up_hysteresis": 0.0, "down_hysteresis": -0.25,
+          "ceiling_coeff": 0},
+    "8": {"candidate_steps": [0, 1, 3], "up_hysteresis": 0.0, "down_hysteresis": 0.0,
+          "ceiling_coeff": 0},
+    "32": {"candidate_steps": [0, 1], "up_hysteresis": 0.0, "down_hysteresis": 0.0,
+           "ceiling_coeff": 0},
+    "64": {"candidate_steps": [0], "up_hysteresis": 0.0, "down_hysteresis": 0.0,
+           "ceiling_coeff": 0},
+}  # fmt: skip
 _CONSTANTS = {
     "ema_alpha": 0.2,
     "update_interval": 5,

@@ -13,15 +13,17 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from autotune import __version__
+from autotune.engines import sglang_facts
+from autotune.engines.sglang import redact_command
 from autotune.sim import api, httpio, logs, metrics, model
 from autotune.sim.args import SimArgs
 from autotune.sim.engine import Engine, Req
 from autotune.sim.profiles import Profile
 
-SGLANG_VERSION = "0.5.6"
+SGLANG_VERSION = sglang_facts.SIMULATED
 PUBLIC_PATHS = ("/health", "/health_generate", "/metrics")
 
 
@@ -40,6 +42,24 @@ Handler = Callable[[httpio.Request, asyncio.StreamWriter], Awaitable[Reply]]
 
 
 class SimServer:
+    #: (method, path) -> handler: SGLang 0.5.23's paths (tests/conformance checks them).
+    ROUTES: ClassVar[dict[tuple[str, str], str]] = {
+        ("GET", "/health"): "health",
+        ("GET", "/health_generate"): "health",
+        ("GET", "/ready"): "health",
+        ("GET", "/v1/models"): "models",
+        ("GET", "/get_model_info"): "model_info",
+        ("GET", "/model_info"): "model_info",
+        ("GET", "/get_server_info"): "deprecated_server_info",
+        ("GET", "/server_info"): "server_info",
+        ("GET", "/metrics"): "metrics",
+        ("GET", "/sim/stats"): "sim_stats",
+        ("POST", "/flush_cache"): "flush_cache",
+        ("POST", "/generate"): "generate",
+        ("POST", "/v1/completions"): "completions",
+        ("POST", "/v1/chat/completions"): "chat",
+    }
+
     def __init__(self, args: SimArgs, profile: Profile, resolved: model.Resolved) -> None:
         self.args = args
         self.profile = profile
@@ -64,19 +84,7 @@ class SimServer:
                 marker.touch()
                 self.crash_after = int(fault.value)
         self.routes: dict[tuple[str, str], Handler] = {
-            ("GET", "/health"): self.health,
-            ("GET", "/health_generate"): self.health,
-            ("GET", "/v1/models"): self.models,
-            ("GET", "/get_model_info"): self.model_info,
-            ("GET", "/model_info"): self.model_info,
-            ("GET", "/get_server_info"): self.server_info,
-            ("GET", "/server_info"): self.server_info,
-            ("GET", "/metrics"): self.metrics,
-            ("GET", "/sim/stats"): self.sim_stats,
-            ("POST", "/flush_cache"): self.flush_cache,
-            ("POST", "/generate"): self.generate,
-            ("POST", "/v1/completions"): self.completions,
-            ("POST", "/v1/chat/completions"): self.chat,
+            key: getattr(self, name) for key, name in self.ROUTES.items()
         }
         self.paths = {p for _, p in self.routes}
 
@@ -220,8 +228,20 @@ class SimServer:
             "max_req_input_len": min(r.context_len, r.max_total_num_tokens) - 1,
             "internal_states": [state],
             "version": SGLANG_VERSION,
+            # 0.5.20 on: the argv the server was given, joined by spaces (server_args.py).
+            "launch_command": redact_command(" ".join(self.args.argv)),
+            "status": "ready" if self.ready else "starting",
+            "startup_time": self.created,
+            "frontend": "python",
         }
         return json.dumps(info).encode()
+
+    async def deprecated_server_info(
+        self, req: httpio.Request, writer: asyncio.StreamWriter
+    ) -> bytes:
+        # SGLang logs this on every call (entrypoints/http_server.py, get_server_info).
+        logs.info(sglang_facts.DEPRECATED_SERVER_INFO_WARNING.text)
+        return await self.server_info(req, writer)
 
     async def metrics(self, req: httpio.Request, writer: asyncio.StreamWriter) -> Reply:
         if not self.args.enable_metrics:

@@ -69,6 +69,8 @@ class SimArgs:
     predict: PredictOptions | None = None
     ignored: tuple[str, ...] = ()
     help: bool = False
+    argv: tuple[str, ...] = ()
+    """The launch flags as given: `/server_info`'s launch_command."""
 
 
 def _int(flag: str, v: str) -> int:
@@ -89,11 +91,9 @@ def _float(flag: str, v: str) -> float:
 
 
 def _algorithm(flag: str, v: str) -> str:
-    up = v.upper()
-    if up not in model.ALGORITHMS:
-        choices = ", ".join(repr(a) for a in model.ALGORITHMS)
-        raise ArgError(f"argument {flag}: invalid choice: {v!r} (choose from {choices})")
-    return up
+    # No argparse choices since SGLang 0.5.16: an unknown name is a ValueError raised while
+    # the arguments are resolved (model.resolve), after the parser accepted it.
+    return v.upper()
 
 
 def _positive(flag: str, v: str) -> int:
@@ -130,7 +130,8 @@ _VALUE_FLAGS: dict[str, tuple[str, Any]] = {
     "--speculative-num-draft-tokens": ("speculative_num_draft_tokens", _int),
     "--max-running-requests": ("max_running_requests", _positive),
     "--mem-fraction-static": ("mem_fraction_static", _fraction),
-    "--cuda-graph-max-bs": ("cuda_graph_max_bs", _positive),
+    # 0.5.23 split --cuda-graph-max-bs into -decode and -prefill; decode sizes the workspace.
+    "--cuda-graph-max-bs-decode": ("cuda_graph_max_bs", _positive),
     "--speculative-adaptive-config": ("speculative_adaptive_config", lambda f, v: v),
     "--speculative-ngram-min-bfs-breadth": ("speculative_ngram_min_bfs_breadth", _int),
     "--speculative-ngram-max-bfs-breadth": ("speculative_ngram_max_bfs_breadth", _int),
@@ -315,6 +316,7 @@ def parse(argv: list[str], environ: dict[str, str] | None = None) -> SimArgs:
         predict=PredictOptions(**predict) if predict_mode else None,
         ignored=tuple(ignored),
         help=want_help,
+        argv=tuple(argv),
         **top,
     )
 
@@ -329,7 +331,7 @@ A simulated SGLang server ("rehearsal mode"). Modelled SGLang flags:
   --model-path --served-model-name --host --port --api-key --enable-metrics
   --speculative-algorithm --speculative-num-steps --speculative-eagle-topk
   --speculative-num-draft-tokens --max-running-requests --mem-fraction-static
-  --cuda-graph-max-bs --speculative-adaptive --speculative-adaptive-config
+  --cuda-graph-max-bs-decode --speculative-adaptive --speculative-adaptive-config
   --speculative-ngram-min-bfs-breadth --speculative-ngram-max-bfs-breadth
   --speculative-ngram-match-type --speculative-ngram-max-trie-depth
   --speculative-ngram-capacity; the environment variable SGLANG_ENABLE_SPEC_V2

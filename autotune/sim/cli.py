@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
         if parsed.predict is not None:
             return predict.run(profile, parsed.launch, parsed.predict, sys.stdout)
     except simargs.ArgError as exc:
-        sys.stderr.write(f"autotune-sim: error: {exc}\n")
+        # The prog SGLang's parser prints (sglang_facts.PARSER_PROG): one line, as it would.
+        sys.stderr.write(f"sglang serve: error: {exc}\n")
         return 2
     from autotune.sim import server
 

@@ -1,57 +1,68 @@
 """`GET /metrics` in Prometheus text format, with SGLang's metric names.
 
-Gauges hold the values of the last decode logging interval, as SGLang's do.
+Gauges hold the values of the last decode logging interval, as SGLang's do; counters are
+cumulative since start. Every name is one SGLang 0.5.23 exports (tests/conformance), so
+there is no `max_running_requests` gauge: the real server has none.
 """
 
 from __future__ import annotations
 
 from autotune.sim.engine import Engine
 
+#: name -> help text, in the order they are printed.
+GAUGES = {
+    "num_running_reqs": "The number of running requests.",
+    "num_used_tokens": "The number of used tokens.",
+    "token_usage": "The token usage.",
+    "gen_throughput": "The generation throughput (token/s).",
+    "num_queue_reqs": "The number of requests in the waiting queue.",
+    "cache_hit_rate": "The prefix cache hit rate.",
+    "spec_accept_length": "The average acceptance length of speculative decoding.",
+    "spec_accept_rate": "The average acceptance rate of speculative decoding.",
+    "spec_num_steps": "The number of speculative steps the adaptive controller runs.",
+    "max_total_num_tokens": "Maximum total number of tokens in the KV cache pool.",
+}
+COUNTERS = {
+    "prompt_tokens_total": "Number of prefill tokens processed.",
+    "generation_tokens_total": "Number of generation tokens processed.",
+    "num_requests_total": "Number of requests processed.",
+    "spec_verify_calls_total": "Number of speculative verify forward passes.",
+}
+
+
+def names() -> list[str]:
+    """Every metric name the simulator exports (`sglang:...`)."""
+    return [f"sglang:{n}" for n in (*GAUGES, *COUNTERS)]
+
 
 def render(engine: Engine, model_name: str) -> str:
     st = engine.stats
     total = engine.resolved.max_total_num_tokens
     labels = f'{{model_name="{model_name}",engine_type="unified",tp_rank="0",pp_rank="0"}}'
-    gauges = [
-        ("num_running_reqs", "The number of running requests.", len(engine.running)),
-        ("num_used_tokens", "The number of used tokens.", engine.kv_used),
-        ("token_usage", "The token usage.", engine.kv_used / total),
-        ("gen_throughput", "The generation throughput (token/s).", st.last_gen_throughput),
-        ("num_queue_reqs", "The number of requests in the waiting queue.", len(engine.waiting)),
-        ("cache_hit_rate", "The prefix cache hit rate.", 0.0),
-        (
-            "spec_accept_length",
-            "The average acceptance length of speculative decoding.",
-            st.last_accept_len,
-        ),
-        (
-            "spec_accept_rate",
-            "The average acceptance rate of speculative decoding.",
-            st.last_accept_rate,
-        ),
-        ("max_total_num_tokens", "Maximum total number of tokens in the KV cache pool.", total),
-        (
-            "max_running_requests",
-            "Maximum number of running requests.",
-            engine.resolved.max_running_requests,
-        ),
-    ]
-    counters = [
-        ("prompt_tokens_total", "Number of prefill tokens processed.", st.prompt_tokens),
-        ("generation_tokens_total", "Number of generation tokens processed.", st.output_tokens),
-        ("num_requests_total", "Number of requests processed.", st.finished),
-    ]
+    gauges = {
+        "num_running_reqs": len(engine.running),
+        "num_used_tokens": engine.kv_used,
+        "token_usage": engine.kv_used / total,
+        "gen_throughput": st.last_gen_throughput,
+        "num_queue_reqs": len(engine.waiting),
+        "cache_hit_rate": 0.0,
+        "spec_accept_length": st.last_accept_len,
+        "spec_accept_rate": st.last_accept_rate,
+        "spec_num_steps": engine.live_steps,
+        "max_total_num_tokens": total,
+    }
+    counters = {
+        "prompt_tokens_total": st.prompt_tokens,
+        "generation_tokens_total": st.output_tokens,
+        "num_requests_total": st.finished,
+        "spec_verify_calls_total": st.verify_steps,
+    }
     out: list[str] = []
-    for name, help_text, value in gauges:
-        out += [
-            f"# HELP sglang:{name} {help_text}",
-            f"# TYPE sglang:{name} gauge",
-            f"sglang:{name}{labels} {float(value)}",
-        ]
-    for name, help_text, value in counters:
-        out += [
-            f"# HELP sglang:{name} {help_text}",
-            f"# TYPE sglang:{name} counter",
-            f"sglang:{name}{labels} {float(value)}",
-        ]
+    for kind, table, values in (("gauge", GAUGES, gauges), ("counter", COUNTERS, counters)):
+        for name, help_text in table.items():
+            out += [
+                f"# HELP sglang:{name} {help_text}",
+                f"# TYPE sglang:{name} {kind}",
+                f"sglang:{name}{labels} {float(values[name])}",
+            ]
     return "\n".join(out) + "\n"

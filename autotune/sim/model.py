@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from autotune.engines import sglang_facts
 from autotune.sim import adaptive
 from autotune.sim.profiles import Acceptance, Profile
 
@@ -32,24 +33,18 @@ AUTO_KNOBS = (3, 1, 4)  # SGLang's choice when only the algorithm is given
 CHUNKED_PREFILL_SIZE = 8192
 MAX_PREFILL_TOKENS = 16384
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
-ALGORITHMS = (*EAGLE_FAMILY, "NGRAM")
+ALGORITHMS = sglang_facts.ALGORITHMS
 WORKLOADS = ("greedy", "natural")
 # Natural replies end at EOS: a log-normal length (median, sigma), cut at max_tokens.
 NATURAL_MEDIAN_TOKENS = 180.0
 NATURAL_SIGMA = 0.85
 
-DRAFT_ADJUSTED_WARNING = (
-    "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
-    "when speculative_eagle_topk == 1"
-)
-MAX_RUNNING_RESET_WARNING = (
-    "Max running requests is reset to 48 for speculative decoding. You can override "
-    "this by explicitly setting --max-running-requests."
-)
+DRAFT_ADJUSTED_WARNING = sglang_facts.DRAFT_ADJUSTED_WARNING.text
+MAX_RUNNING_RESET_WARNING = sglang_facts.MAX_RUNNING_RESET_WARNING.text
 OVERLAP_WARNING = (
     "Overlap scheduler is disabled because of using eagle3 or standalone speculative decoding."
 )
-OOM_MESSAGE = "Not enough memory. Please try to increase --mem-fraction-static."
+OOM_MESSAGE = sglang_facts.OOM_MESSAGES[0].text
 ADAPTIVE_DISABLED_WARNING = (
     "speculative_adaptive disabled: {reason}. Falling back to static speculative params."
 )
@@ -185,6 +180,13 @@ def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
     config: adaptive.Config | None = None
     ngram: Ngram | None = None
     overlap = False
+    if algorithm is not None and algorithm not in ALGORITHMS:
+        return Refusal(
+            "args",
+            "ValueError",
+            sglang_facts.UNKNOWN_ALGORITHM.text.format(algorithm),
+            _ALGORITHM_FRAMES,
+        )
     if algorithm == "NEXTN":
         algorithm = "EAGLE"
     adaptive_on = algorithm is not None and launch.speculative_adaptive
@@ -296,6 +298,16 @@ def _adaptive_unsupported(algorithm: str, topk: int | None) -> str | None:
     return None
 
 
+_ALGORITHM_FRAMES = (
+    (
+        "sglang/srt/arg_groups/speculative_hook.py, in resolve_speculative",
+        "SpeculativeAlgorithm.from_string(",
+    ),
+    (
+        "sglang/srt/speculative/spec_info.py, in from_string",
+        'raise ValueError(f"Unknown speculative algorithm name: {name}")',
+    ),
+)
 _ADAPTIVE_FRAMES = (
     ("sglang/srt/server_args.py, in __post_init__", "self._handle_speculative_decoding()"),
     (

@@ -17,7 +17,7 @@ def test_value_flags_both_spellings() -> None:
             "--model-path", "/models/x", "--port=31000", "--speculative-algorithm", "eagle",
             "--speculative-num-steps=3", "--speculative-eagle-topk", "1",
             "--speculative-num-draft-tokens=4", "--max-running-requests", "16",
-            "--mem-fraction-static=0.8", "--cuda-graph-max-bs", "32", "--api-key=k",
+            "--mem-fraction-static=0.8", "--cuda-graph-max-bs-decode", "32", "--api-key=k",
             "--host", "0.0.0.0",
         ]
     )  # fmt: skip
@@ -89,7 +89,6 @@ def test_faults(fault: str, expected: Fault) -> None:
         (["--sim-profile", "nope"], "unknown profile"),
         (["--sim-bogus", "1"], "unknown simulator flag"),
         (["--speculative-num-steps", "three"], "invalid int"),
-        (["--speculative-algorithm", "MEDUSA"], "invalid choice"),
         (["--mem-fraction-static", "1.5"], "between 0 and 1"),
         (["--port"], "expected one argument"),
         (["stray"], "unrecognized"),

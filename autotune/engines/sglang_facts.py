@@ -1,0 +1,225 @@
+"""What autotune believes about SGLang, per release, and where in its source each belief lives.
+
+The adapter (`engines/sglang.py`) and the simulator (`sim/`) read these names instead of
+holding strings of their own, and `tests/conformance/` checks every one of them against the
+real wheels (`pip download --no-deps sglang==X`, read as text: importing sglang needs torch
+and a GPU). A belief the wheel contradicts fails there with the wheel's file and line, so a
+new release is checked by adding its number to `CHECKED`.
+
+Releases differ in what a deployer sees (boundaries found by reading every 2026 wheel,
+0.5.6 … 0.5.23):
+
+- 0.5.10: the parser's prog becomes `sglang serve` (before: the script's name), so an
+  argparse refusal reads `sglang serve: error: …`;
+- 0.5.13: the counter `sglang:spec_verify_calls_total` appears on `/metrics`;
+- 0.5.14: `SGLANG_ENABLE_SPEC_V2` is gone; spec v2 (the overlap scheduler) is the default;
+- 0.5.16: `srt/mem_cache/allocation_sizing.py`: a request's decode step allocates
+  `max(steps * topk, draft_tokens)` KV slots;
+- 0.5.17: hybrid (mamba) models cap `max_running_requests` by the state cache, with a warning;
+- 0.5.20: `GET /ready` and `launch_command` in `/server_info`.
+
+`/server_info` exists in every supported release; `/get_server_info` answers too but logs a
+deprecation WARNING on every call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "ADAPTIVE_CANDIDATE_STEPS",
+    "ALGORITHMS",
+    "CHECKED",
+    "DEPRECATED_SERVER_INFO_WARNING",
+    "DRAFT_ADJUSTED_WARNING",
+    "KNOWN_SIMULATOR_DIFFERENCES",
+    "MAMBA_CAP_WARNING",
+    "MAX_RUNNING_RESET_WARNING",
+    "METRICS",
+    "NEWEST",
+    "OLDEST",
+    "OOM_MESSAGES",
+    "PARSER_PROG",
+    "READY_LINE",
+    "UNKNOWN_ALGORITHM",
+    "Since",
+    "in_range",
+    "version_key",
+]
+
+#: The releases autotune supports: the oldest whose formats the adapter still reads, and the
+#: newest one read. A server outside them gets one warning line (`engines/sglang.py`).
+OLDEST = "0.5.6"
+NEWEST = "0.5.23"
+#: The wheels the conformance suite reads in CI: both ends and one across most boundaries.
+CHECKED = ("0.5.6", "0.5.16", "0.5.23")
+#: The release the simulator speaks (docs/rehearsal.md).
+SIMULATED = NEWEST
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """(0, 5, 23) for "0.5.23", "0.5.23.post1" or "v0.5.23rc0"; () when it is no version."""
+    parts: list[int] = []
+    for part in version.strip().lstrip("v").split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if digits != part:
+            break
+    return tuple(parts[:3])
+
+
+def in_range(version: str) -> bool | None:
+    """Whether `version` is a supported release; None when it cannot be read as one."""
+    key = version_key(version)
+    if len(key) < 3:
+        return None
+    return version_key(OLDEST) <= key <= version_key(NEWEST)
+
+
+@dataclass(frozen=True)
+class Since:
+    """A string SGLang prints, from release `since` on, in `file` (a path inside the wheel).
+
+    `text` is the message as a template: `{}` where the source formats a value (an f-string
+    field or a `%d`/`%s` of logging); the conformance suite renders the source the same way.
+    """
+
+    text: str
+    file: str
+    since: str = OLDEST
+
+
+# --------------------------------------------------------------------------- the parser
+#: argparse's prog from 0.5.10 on (srt/server_args.py, prepare_server_args); older builds
+#: print the script's name (`launch_server.py: error: …`).
+PARSER_PROG = Since('"sglang serve"', "sglang/srt/server_args.py", "0.5.10")
+
+# --------------------------------------------------------------------------- log lines
+READY_LINE = Since(
+    "The server is fired up and ready to roll!", "sglang/srt/entrypoints/http_server.py"
+)
+DRAFT_ADJUSTED_WARNING = Since(
+    "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 "
+    "when speculative_eagle_topk == 1",
+    "sglang/srt/arg_groups/speculative_hook.py",
+    "0.5.16",
+)
+MAX_RUNNING_RESET_WARNING = Since(
+    "Max running requests is reset to 48 for speculative decoding. You can override "
+    "this by explicitly setting --max-running-requests.",
+    "sglang/srt/arg_groups/speculative_hook.py",
+    "0.5.16",
+)
+#: Hybrid models: the state cache's limit on running requests (kv_cache_configurator.py).
+MAMBA_CAP_WARNING = Since(
+    "max_running_requests is capped to {} by the mamba state cache (max_mamba_cache_size={}, "
+    "{} state slots per request). To raise it: increase --mamba-full-memory-ratio or "
+    "--max-mamba-cache-size, or halve the state size with --mamba-ssm-dtype bfloat16.",
+    "sglang/srt/mem_cache/kv_cache_configurator.py",
+    "0.5.17",
+)
+DEPRECATED_SERVER_INFO_WARNING = Since(
+    "Endpoint '/get_server_info' is deprecated and will be removed in a future version. "
+    "Please use '/server_info' instead.",
+    "sglang/srt/entrypoints/http_server.py",
+)
+
+# --------------------------------------------------------------------------- refusals
+#: An unknown --speculative-algorithm (no argparse choices): SpeculativeAlgorithm.from_string.
+UNKNOWN_ALGORITHM = Since(
+    "Unknown speculative algorithm name: {}", "sglang/srt/speculative/spec_info.py"
+)
+#: The built-in algorithm names the simulator accepts (all of them SGLang's).
+ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
+
+# --------------------------------------------------------------------------- out of memory
+#: Every startup message that means "this config does not fit in memory": the classifier
+#: calls each `out_of_memory`, so the sampler learns the memory boundary from it.
+OOM_MESSAGES = (
+    Since(
+        "Not enough memory. Please try to increase --mem-fraction-static.",
+        "sglang/srt/model_executor/pool_configurator.py",
+        "0.5.16",
+    ),
+    Since(
+        "Hybrid (mamba/linear-attention) state cache is too small to serve any requests. "
+        "max_mamba_cache_size={}, mamba_ratio={}, resulting max_num_reqs={}. Try: (1) reduce "
+        "--max-running-requests, (2) increase --mem-fraction-static, or (3) use GPUs with "
+        "more memory.",
+        "sglang/srt/mem_cache/kv_cache_configurator.py",
+        "0.5.17",
+    ),
+    Since(
+        "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. Computed "
+        "max_mamba_cache_size={} (total_rest_memory={} GB, mamba_cache_per_req={} MB). "
+        "Try: (1) reduce --max-running-requests, (2) increase --mem-fraction-static, "
+        "(3) reduce --speculative-num-draft-tokens, or (4) use GPUs with more memory.",
+        "sglang/srt/mem_cache/kv_cache_configurator.py",
+        "0.5.23",
+    ),
+    Since(
+        "SWA pool cap ({} tokens, {} GiB) leaves no room for the full KV pool within the "
+        "available {} GiB. Reduce --max-running-requests, lower SGLANG_SWA_EVICTION_INTERVAL, "
+        "or increase --mem-fraction-static.",
+        "sglang/srt/model_executor/pool_configurator.py",
+        "0.5.23",
+    ),
+    Since(
+        "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={}. "
+        "Raise --mem-fraction-static above {} (minimum viable = 1 - available/pre = {}). If "
+        "using speculative decoding, draft weights are now counted.",
+        "sglang/srt/mem_cache/kv_cache_configurator.py",
+        "0.5.23",
+    ),
+)
+
+# --------------------------------------------------------------------------- metrics
+#: Names on `/metrics` (with --enable-metrics) that the adapter reads or the simulator
+#: exports, each with the release it appeared in (srt/metrics/collector.py, later
+#: srt/observability/metrics_collector.py).
+METRICS: dict[str, str] = {
+    "sglang:generation_tokens_total": OLDEST,
+    "sglang:prompt_tokens_total": OLDEST,
+    "sglang:num_requests_total": OLDEST,
+    "sglang:spec_verify_calls_total": "0.5.13",
+    "sglang:num_running_reqs": OLDEST,
+    "sglang:num_used_tokens": OLDEST,
+    "sglang:token_usage": OLDEST,
+    "sglang:gen_throughput": OLDEST,
+    "sglang:num_queue_reqs": OLDEST,
+    "sglang:cache_hit_rate": OLDEST,
+    "sglang:spec_accept_length": OLDEST,
+    "sglang:spec_accept_rate": OLDEST,
+    "sglang:max_total_num_tokens": OLDEST,
+    "sglang:spec_num_steps": "0.5.16",
+}
+
+# --------------------------------------------------------------------------- adaptive
+#: DEFAULT_ADAPTIVE_CONFIG's candidate steps per batch-size lower bound
+#: (srt/speculative/adaptive_spec_params.py, 0.5.23).
+ADAPTIVE_CANDIDATE_STEPS: dict[int, tuple[int, ...]] = {
+    1: (1, 3, 5, 7),
+    8: (0, 1, 3),
+    32: (0, 1),
+    64: (0,),
+}
+
+# --------------------------------------------------------------------------- not yet simulated
+#: Where the simulator still speaks an older build than SIMULATED; each one is checked to
+#: still differ (tests/conformance), so fixing one means removing it here and in
+#: docs/rehearsal.md.
+KNOWN_SIMULATOR_DIFFERENCES = (
+    "spec v2 (the overlap scheduler) is on only with SGLANG_ENABLE_SPEC_V2, which 0.5.14 "
+    "removed; 0.5.23 always runs it. Switching it on by default needs the throughput "
+    "calibration refitted (+23 % at one request with today's constants)",
+    "KV held per running request is steps * topk + draft (+100), not 0.5.16's "
+    "max(steps * topk, draft_tokens), twice that under the overlap scheduler",
+    "hybrid models: running requests are limited by the simulator's own state-slot model, "
+    "without 0.5.17's mamba-cache cap warning",
+)
