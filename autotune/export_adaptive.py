@@ -4,7 +4,7 @@ A static study answers "which step count is best at 1, 16, 64 clients", and the
 answers differ: deep chains win alone, shallow ones under load. SGLang's adaptive
 speculation can switch by batch size, so the study's winners become one config:
 each concurrency level's best chain (topk 1) gets the batch sizes from just above
-the previous level's (padded to SGLang's CUDA-graph sizes) up to its own.
+the previous level's up to its own (SGLang routes a batch by its size, unpadded).
 
 `--measure` deploys it, and SGLang's built-in adaptive config when the study has
 not measured it, each as one more measurement of every level. They are recorded
@@ -37,8 +37,6 @@ CONFIG_FLAG = "--speculative-adaptive-config"
 PROBES = "adaptive_probes"
 EXPORTED = "exported"
 DEFAULT = "sglang-default"
-#: SGLang's CUDA-graph batch sizes: a batch pads up to the next one to pick its range.
-GRAPH_SIZES = (1, 2, 4, 8, 12, *range(16, 513, 8))
 
 
 @dataclass(frozen=True)
@@ -99,17 +97,14 @@ def build(winners: list[Winner]) -> dict[str, Any]:
     previous: int | None = None
     last_steps: int | None = None
     for w in sorted(winners, key=lambda w: w.concurrency):
-        start = 1 if previous is None else _pad(previous) + 1
+        # SGLang 0.5.23 routes a batch by its own size (sim/adaptive.py, routing_sizes).
+        start = 1 if previous is None else previous + 1
         previous = w.concurrency
         if w.steps == last_steps:
             continue
         out[str(start)] = {"candidate_steps": [w.steps]}
         last_steps = w.steps
     return out
-
-
-def _pad(batch: int) -> int:
-    return next((g for g in GRAPH_SIZES if g >= batch), batch)
 
 
 def default_path(cfg: Config) -> Path:

@@ -43,6 +43,7 @@ __all__ = [
     "READY_LINE",
     "UNKNOWN_ALGORITHM",
     "Since",
+    "decode_capture_sizes",
     "in_range",
     "version_key",
 ]
@@ -209,6 +210,23 @@ ADAPTIVE_CANDIDATE_STEPS: dict[int, tuple[int, ...]] = {
     32: (0, 1),
     64: (0,),
 }
+
+# --------------------------------------------------------------------------- CUDA graphs
+def decode_capture_sizes(max_bs: int, *, speculative: bool) -> tuple[int, ...]:
+    """The decode CUDA-graph batch sizes SGLang 0.5.23 captures up to `max_bs`
+    (srt/arg_groups/cuda_graph_hook.py, generate_decode_cuda_graph_batch_sizes): with
+    speculation less padding at small batches."""
+    if speculative:
+        sizes = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 257, 8),
+                 *range(272, max_bs + 1, 16)]  # fmt: skip
+    else:
+        sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16),
+                 *range(512, max_bs + 1, 32)]  # fmt: skip
+    out = [b for b in sizes if b <= max_bs]
+    if max_bs not in out:
+        out.append(max_bs)
+    return tuple(out)
+
 
 # --------------------------------------------------------------------------- not yet simulated
 #: Where the simulator still speaks an older build than SIMULATED; each one is checked to

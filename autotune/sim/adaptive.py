@@ -90,7 +90,7 @@ class Config:
     def entry_for(self, batch: int, graph_sizes: tuple[int, ...]) -> Entry:
         """The entry a decode batch of `batch` requests uses (padded to a graph size first)."""
         i = bisect_left(graph_sizes, batch)
-        padded = graph_sizes[i] if i < len(graph_sizes) else batch
+        padded = graph_sizes[i] if i < len(graph_sizes) else batch  # () routes the raw size
         keys = [e.min_batch for e in self.entries]
         return self.entries[max(0, bisect_right(keys, padded) - 1)]
 
@@ -248,10 +248,12 @@ def occupancy(
     return {s: c / total for s, c in sorted(counts.items())}
 
 
-def graph_sizes(max_bs: int) -> tuple[int, ...]:
-    """SGLang's CUDA-graph batch sizes up to `max_bs`: 1, 2, 4, 8, 12, then every 8."""
-    sizes = [1, 2, 4, 8, 12, *range(16, max_bs + 1, 8)]
-    return tuple(s for s in sizes if s <= max_bs) or (1,)
+def routing_sizes() -> tuple[int, ...]:
+    """The sizes a batch is padded to before it picks its range: none. SGLang 0.5.23 pads
+    only to an explicit `--cuda-graph-bs-decode` (eagle_worker_v2.py hands the controller
+    `get_exec().graph.cuda_graph_bs_decode`, None by default), which the simulator does
+    not model: batches are routed by their own size."""
+    return ()
 
 
 def describe(config: Config) -> str:

@@ -163,7 +163,7 @@ class Engine:
         self.on_iteration: Callable[[], None] | None = None
         # Adaptive speculation: one controller per batch-size entry, tiers chosen per batch.
         self.slots: dict[int, adaptive.Slot] = {}
-        self._graph_sizes = adaptive.graph_sizes(resolved.cuda_graph_max_bs)
+        self._graph_sizes = adaptive.routing_sizes()
         self._cdfs: dict[tuple[int, bool], tuple[float, ...]] = {}
         self.live_steps = resolved.spec.steps
         """The steps of the last decode iteration (adaptive: the tier in use)."""

@@ -529,7 +529,7 @@ def tiers(
     config = resolved.adaptive
     if config is None:
         return [(1.0, resolved.spec)]
-    entry = config.entry_for(max(1, round(batch)), adaptive.graph_sizes(resolved.cuda_graph_max_bs))
+    entry = config.entry_for(max(1, round(batch)), adaptive.routing_sizes())
 
     def accepted(steps: int) -> float:
         return accept_length(profile, chain(steps), workload) - 1.0

@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 
+from autotune.engines import sglang_facts
 from autotune.sim import adaptive, api, httpio, logs, model
 from autotune.sim.app import SimServer
 from autotune.sim.args import SimArgs
@@ -90,11 +91,9 @@ async def _life(args: SimArgs) -> int:
     logs.sched(
         f"Capture cuda graph begin. This can take up to several minutes. avail mem={free:.2f} GB"
     )
-    bs = [
-        b
-        for b in (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
-        if b <= resolved.cuda_graph_max_bs
-    ]
+    bs = list(
+        sglang_facts.decode_capture_sizes(resolved.cuda_graph_max_bs, speculative=resolved.spec.on)
+    )
     logs.sched(f"Capture cuda graph bs {bs}")
     await asyncio.sleep(total * 0.2)
     if resolved.late_failure is not None:

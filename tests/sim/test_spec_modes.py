@@ -57,12 +57,17 @@ def test_shared_keys_are_defaults_of_every_entry() -> None:
 
 def test_a_batch_pads_to_a_graph_size_and_takes_the_entry_at_or_below() -> None:
     cfg = adaptive.parse(None)  # SGLang's default: 1, 8, 32, 64
-    sizes = adaptive.graph_sizes(256)
+    # Explicit capture sizes (--cuda-graph-bs-decode): 5 pads to 8, whose entry applies.
+    sizes = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 200)
     assert [cfg.entry_for(b, sizes).min_batch for b in (1, 3, 7, 8, 9, 31, 33, 200)] == [
         1, 1, 8, 8, 8, 32, 32, 64,
     ]  # fmt: skip
-    # 5 pads to 8: the entry for 8 already applies.
     assert cfg.entry_for(5, sizes).min_batch == 8
+    # SGLang 0.5.23's default: no padding, the batch's own size picks the entry.
+    raw = adaptive.routing_sizes()
+    assert [cfg.entry_for(b, raw).min_batch for b in (1, 5, 7, 8, 31, 32, 63, 64)] == [
+        1, 1, 1, 8, 8, 32, 32, 64,
+    ]  # fmt: skip
 
 
 def test_the_controller_moves_on_its_thresholds_after_warmup() -> None:
