@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import signal
 from typing import Any
 
@@ -32,3 +34,20 @@ def describe_exit(code: int) -> str:
 def clip(text: str) -> str:
     text = text.strip()
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 1] + "…"
+
+
+_SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(?:\{[^}]*\})? ([-+0-9.eE]+|nan|inf)\s*$", re.MULTILINE)
+
+
+def prometheus(text: str, prefix: str) -> dict[str, float]:
+    """Prometheus text -> {name: value} for the series starting with `prefix`, the label sets
+    of one name summed, non-finite values skipped."""
+    out: dict[str, float] = {}
+    for m in _SAMPLE.finditer(text):
+        name = m.group(1)
+        if not name.startswith(prefix):
+            continue
+        value = float(m.group(2))
+        if math.isfinite(value):
+            out[name] = out.get(name, 0.0) + value
+    return out

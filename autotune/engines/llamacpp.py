@@ -28,13 +28,12 @@ checked against the running server in tests/engines/test_llamacpp_real.py:
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Any
 
 import httpx
 
-from autotune.engines._text import clip, describe_exit, opt_int
+from autotune.engines._text import clip, describe_exit, opt_int, prometheus
 from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.errors import ConfigError, ServerFailed
 
@@ -76,7 +75,6 @@ _CONTEXT = re.compile(
     r"|input \(\d+ tokens\) is larger than the max context size \(\d+ tokens\))"
 )
 _ERROR_LINE = re.compile(r"^E |error|failed|abort", re.IGNORECASE)
-_METRIC = re.compile(r"^(llamacpp:\w+)(?:\{[^}]*\})? ([-+0-9.eE]+|nan|inf)\s*$", re.MULTILINE)
 
 
 def _clean(log_text: str) -> list[str]:
@@ -104,12 +102,7 @@ def spec_types(value: Any) -> str:
 
 def parse_metrics(text: str) -> dict[str, float]:
     """Prometheus text -> {name: value} for the `llamacpp:` series (labelled ones summed)."""
-    out: dict[str, float] = {}
-    for m in _METRIC.finditer(text):
-        value = float(m.group(2))
-        if math.isfinite(value):
-            out[m.group(1)] = out.get(m.group(1), 0.0) + value
-    return out
+    return prometheus(text, "llamacpp:")
 
 
 class LlamaCppEngine:

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from autotune.engines import sglang_facts as facts
-from autotune.engines._text import clip, describe_exit, opt_int
+from autotune.engines._text import clip, describe_exit, opt_int, prometheus
 from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.errors import ConfigError, ServerFailed
 from autotune.log import get
@@ -28,7 +28,6 @@ __all__ = [
     "launch_flags",
     "mamba_cap",
     "parse_capacity",
-    "parse_metrics",
     "redact_command",
 ]
 
@@ -154,10 +153,11 @@ class SGLangEngine:
 
         `resolved` holds each requested name the server reports (SGLang's server
         args use the study names, e.g. `speculative_num_steps`); a name it does
-        not report is left out. `launched` is what its command line asked for
-        (`launch_command`, 0.5.20 on). `max_running_requests` is the scheduler's
-        effective cap when the build reports it (`internal_states[*].
-        effective_max_running_requests_per_dp`, summed over DP ranks), otherwise
+        not report is left out. `launch_flags` are the flags on its own record of
+        its command line (`launch_command`, 0.5.20 on, secrets redacted).
+        `max_running_requests` is the scheduler's effective cap when the build
+        reports it (`internal_states[*].effective_max_running_requests_per_dp`,
+        summed over DP ranks), otherwise
         the configured server arg, which older builds report even when the
         memory budget allowed fewer: there, `capacity_from_log` is the truth.
 
@@ -210,7 +210,7 @@ class SGLangEngine:
             return None
         if response.status_code != 200:
             return None
-        values = parse_metrics(response.text)
+        values = prometheus(response.text, "sglang:")
         generated = values.get("sglang:generation_tokens_total")
         if generated is None:
             return None
@@ -312,21 +312,6 @@ def mamba_cap(log_text: str) -> int | None:
 
 
 # ---------------------------------------------------------------------- HTTP
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text -> {name: value summed over its label sets} (comments skipped)."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        name = head.split("{", 1)[0].strip()
-        try:
-            out[name] = out.get(name, 0.0) + float(value)
-        except ValueError:
-            continue
-    return out
 
 
 # A flag whose last word names a secret: --api-key, --admin-api-key, --hf-token (not

@@ -300,8 +300,8 @@ def _adaptive_unsupported(algorithm: str, topk: int | None) -> str | None:
 
 _ALGORITHM_FRAMES = (
     (
-        "sglang/srt/arg_groups/speculative_hook.py, in resolve_speculative",
-        "SpeculativeAlgorithm.from_string(",
+        "sglang/srt/arg_groups/speculative_hook.py, in handle_speculative_decoding",
+        "algo = SpeculativeAlgorithm.from_string(cfg.speculative_algorithm)",
     ),
     (
         "sglang/srt/speculative/spec_info.py, in from_string",
