@@ -3,10 +3,11 @@
 A config whose server will run fewer requests at once than
 `objective.constraints.min_running_requests` is infeasible, but finding out
 costs a model load (90-100 s on the calibration box, minutes on a big one).
-The engine sizes its pools by a known rule: SGLang reserves
-`steps * topk + draft` KV tokens per running request (the space file's
-`memory_per_request`, m), out of a fixed budget, so the number of requests it
-plans for falls as m grows. Two predictions come from the configs deployed
+The engine sizes its pools by a known rule: a decode step of SGLang 0.5.16+
+allocates `max(steps * topk, draft)` KV tokens per running request (the space
+file's `memory_per_request`, m), and the workspace and hybrid state that go
+with it come out of a fixed budget, so the number of requests it plans for
+falls as m grows. Two predictions come from the configs deployed
 so far, among those that differ only in knobs m depends on:
 
 - *monotone*: a config with m at least that of one that already fell short

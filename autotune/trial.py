@@ -205,12 +205,12 @@ class TrialPipeline:
 
     # -- stages ------------------------------------------------------------------
     def wait_ready(self, *, interruptible: bool = True) -> None:
-        """Until /health answers 200; fail fast when the process dies; time out.
+        """Until the engine's ready path answers 200; fail fast when the process dies; time out.
 
         `interruptible`: a stop request ends the wait (during a trial); the
         end-of-study deploy waits regardless, to leave a serving server.
         """
-        url = self.cfg.target.base_url + self.engine.health_path()
+        paths = list(self.engine.ready_paths())
         deadline = time.monotonic() + self.cfg.target.ready_timeout
         started = time.monotonic()
         next_note = started + 5.0
@@ -223,8 +223,12 @@ class TrialPipeline:
                     failure = self.engine.classify_failure(text, self.deployer.exit_status())
                     raise ServerFailed(failure.kind, failure.reason, _tail(text), failure.flag)
                 try:
-                    if client.get(url).status_code == 200:
+                    status = client.get(self.cfg.target.base_url + paths[0]).status_code
+                    if status == 200:
                         return
+                    if status == 404 and len(paths) > 1:
+                        paths.pop(0)  # an older build without this path: the next one
+                        continue
                 except httpx.TransportError:
                     pass  # not listening yet: the model is still loading
                 now = time.monotonic()

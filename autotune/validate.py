@@ -206,7 +206,10 @@ def _server(cfg: Config, text: str) -> str:
     if cfg.target.deploy == "local-process":
         return f"{url}: started by autotune itself (checked at the first trial)"
     try:
-        got = httpx.get(url.rstrip("/") + get_engine(cfg.target.engine).health_path(), timeout=5)
+        for path in get_engine(cfg.target.engine).ready_paths():
+            got = httpx.get(url.rstrip("/") + path, timeout=5)
+            if got.status_code != 404:
+                break
     except httpx.HTTPError as exc:
         raise ConfigError(
             cfg.source,

@@ -16,27 +16,16 @@ EAGLE = load_space(REPO / "search_spaces" / "sglang-eagle.yaml")
 
 
 def test_the_space_file_says_what_a_request_reserves() -> None:
-    # steps * topk + draft, with SGLang's own rule applied first (topk 1 -> steps + 1 drafts).
-    assert (
-        EAGLE.memory_tokens(
-            {
-                "speculative_num_steps": 3,
-                "speculative_eagle_topk": 4,
-                "speculative_num_draft_tokens": 8,
-            }
-        )
-        == 3 * 4 + 8
-    )
-    assert (
-        EAGLE.memory_tokens(
-            {
-                "speculative_num_steps": 3,
-                "speculative_eagle_topk": 1,
-                "speculative_num_draft_tokens": 9,
-            }
-        )
-        == 3 + 4
-    )
+    # SGLang 0.5.23: max(steps * topk, draft) per decode step, with its own rule applied first
+    # (topk 1 -> steps + 1 drafts).
+    def m(steps: int, topk: int, draft: int) -> float | None:
+        return EAGLE.memory_tokens({"speculative_num_steps": steps,
+                                    "speculative_eagle_topk": topk,
+                                    "speculative_num_draft_tokens": draft})  # fmt: skip
+
+    assert m(3, 4, 8) == 12  # the tree's width
+    assert m(2, 4, 9) == 9  # the draft beyond it
+    assert m(3, 1, 9) == 4  # a chain: steps + 1
     assert EAGLE.memory_tokens({"speculative_num_steps": 3}) is None
 
 

@@ -39,7 +39,7 @@ def log(name: str) -> str:
 def test_get_engine() -> None:
     e: Engine = get_engine("SGLang")
     assert isinstance(e, SGLangEngine) and e.name == "sglang"
-    assert e.health_path() == "/health"
+    assert e.ready_paths() == ("/ready", "/health")
     with pytest.raises(ConfigError, match="unknown engine 'vllm'"):
         get_engine("vllm")
 

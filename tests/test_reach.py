@@ -144,13 +144,13 @@ def test_an_environment_file_setting_a_tuned_variable_is_refused(tmp_path: Path)
     space = {
         "engine": "sglang",
         "params": {
-            "spec_v2": {"env": "SGLANG_ENABLE_SPEC_V2", "type": "bool"},
+            "skip_decode_lock": {"env": "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK", "type": "bool"},
             "speculative_num_steps": {"flag": "--speculative-num-steps", "choices": [2, 3]},
         },
     }
     config = study_dir(tmp_path, space=space)
     env_file = tmp_path / "sglang.env"
-    env_file.write_text("# site settings\nSGLANG_ENABLE_SPEC_V2=0\n")
+    env_file.write_text("# site settings\nSGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=0\n")
     unit = tmp_path / "sim.service"
     unit.write_text(
         unit.read_text().replace("[Service]\n", f"[Service]\nEnvironmentFile={env_file}\n")
@@ -158,6 +158,7 @@ def test_an_environment_file_setting_a_tuned_variable_is_refused(tmp_path: Path)
     proc = autotune("validate", "--config", str(config), cwd=tmp_path)
     assert proc.returncode == 2
     assert (
-        f"sim.service: EnvironmentFile: {env_file} sets SGLANG_ENABLE_SPEC_V2, which overrides"
+        f"sim.service: EnvironmentFile: {env_file} sets SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK, "
+        "which overrides"
         in proc.stdout + proc.stderr
     )

@@ -29,24 +29,24 @@ WantedBy=multi-user.target
 
 
 def test_a_new_variable_gets_a_line_after_the_last_environment() -> None:
-    out = unitenv.patch_environment(UNIT, {"SGLANG_ENABLE_SPEC_V2": "1"})
+    out = unitenv.patch_environment(UNIT, {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"})
     assert out == UNIT.replace(
         "Environment=NCCL_DEBUG=WARN\n",
-        "Environment=NCCL_DEBUG=WARN\nEnvironment=SGLANG_ENABLE_SPEC_V2=1\n",
+        "Environment=NCCL_DEBUG=WARN\nEnvironment=SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK=1\n",
     )
-    assert unitenv.effective(out)["SGLANG_ENABLE_SPEC_V2"] == "1"
+    assert unitenv.effective(out)["SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"] == "1"
     # Idempotent, and setting it back changes one word.
-    assert unitenv.patch_environment(out, {"SGLANG_ENABLE_SPEC_V2": "1"}) == out
-    again = unitenv.patch_environment(out, {"SGLANG_ENABLE_SPEC_V2": "0"})
-    assert again == out.replace("SPEC_V2=1", "SPEC_V2=0")
+    assert unitenv.patch_environment(out, {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"}) == out
+    again = unitenv.patch_environment(out, {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "0"})
+    assert again == out.replace("SKIP_DECODE_LOCK=1", "SKIP_DECODE_LOCK=0")
 
 
 def test_a_variable_in_a_shared_line_changes_alone_and_removal_restores_the_bytes() -> None:
     out = unitenv.patch_environment(UNIT, {"HF_HOME": "/data/hf"})
     assert "Environment=PYTHONUNBUFFERED=1 HF_HOME=/data/hf\n" in out
     assert out.replace("HF_HOME=/data/hf", '"HF_HOME=/srv/hf cache"') == UNIT
-    added = unitenv.patch_environment(UNIT, {"SGLANG_ENABLE_SPEC_V2": "1"})
-    assert unitenv.patch_environment(added, {}, ["SGLANG_ENABLE_SPEC_V2"]) == UNIT
+    added = unitenv.patch_environment(UNIT, {"SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK": "1"})
+    assert unitenv.patch_environment(added, {}, ["SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"]) == UNIT
     gone = unitenv.patch_environment(UNIT, {}, ["PYTHONUNBUFFERED"])
     assert gone == UNIT.replace('Environment=PYTHONUNBUFFERED=1 "HF', 'Environment="HF')
     assert unitenv.patch_environment(UNIT, {}, ["NCCL_DEBUG"]) == UNIT.replace(
@@ -84,7 +84,7 @@ def test_patched_units_verify_clean() -> None:
     space = space_from_dict(
         {
             "params": {
-                "spec_v2": {"env": "SGLANG_ENABLE_SPEC_V2", "type": "bool"},
+                "skip_decode_lock": {"env": "SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK", "type": "bool"},
                 "steps": {"flag": "--speculative-num-steps", "low": 1, "high": 2},
             }
         },
@@ -94,6 +94,6 @@ def test_patched_units_verify_clean() -> None:
     for c in space.enumerate():
         patched = space.patch_unit(unit, c.params)
         assert verify_unit(patched, "sglang.service") == []
-        assert unitenv.effective(patched)["SGLANG_ENABLE_SPEC_V2"] == (
-            "1" if c.params["spec_v2"] else "0"
+        assert unitenv.effective(patched)["SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK"] == (
+            "1" if c.params["skip_decode_lock"] else "0"
         )

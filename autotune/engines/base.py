@@ -91,8 +91,9 @@ class Engine(Protocol):
     algorithm_flag: str
     name: str
 
-    def health_path(self) -> str:
-        """Path that answers 200 only once the server really serves."""
+    def ready_paths(self) -> tuple[str, ...]:
+        """Paths that answer 200 only once the server really serves, best first; a 404 (a
+        build without the path) moves on to the next."""
 
     def ready_in_log(self, log_text: str) -> bool:
         """True once the server's own log says it is ready."""

@@ -124,9 +124,9 @@ class LlamaCppEngine:
     def runs(self, asked: dict[str, Any]) -> dict[str, Any]:
         return dict(asked)
 
-    def health_path(self) -> str:
+    def ready_paths(self) -> tuple[str, ...]:
         # 503 {"error": {"message": "Loading model"}} until the model is loaded, then 200.
-        return "/health"
+        return ("/health",)
 
     def ready_in_log(self, log_text: str) -> bool:
         return bool(_READY.search(_ANSI.sub("", log_text)))

@@ -138,10 +138,11 @@ class SGLangEngine:
             out["speculative_num_draft_tokens"] = steps + 1
         return out
 
-    def health_path(self) -> str:
-        # /health answers 503 until a 1-token generation succeeds; /v1/models
-        # and /get_model_info answer 200 before warmup ends, so they cannot be used.
-        return "/health"
+    def ready_paths(self) -> tuple[str, ...]:
+        # /ready (0.5.20 on) answers 200 once warmup is done, without work; /health does
+        # too but generates a token on every poll. /v1/models and /model_info answer 200
+        # before warmup ends, so they cannot be used.
+        return ("/ready", "/health")
 
     def ready_in_log(self, log_text: str) -> bool:
         return READY_LINE in log_text

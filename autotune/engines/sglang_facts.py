@@ -211,6 +211,7 @@ ADAPTIVE_CANDIDATE_STEPS: dict[int, tuple[int, ...]] = {
     64: (0,),
 }
 
+
 # --------------------------------------------------------------------------- CUDA graphs
 def decode_capture_sizes(max_bs: int, *, speculative: bool) -> tuple[int, ...]:
     """The decode CUDA-graph batch sizes SGLang 0.5.23 captures up to `max_bs`
@@ -233,11 +234,9 @@ def decode_capture_sizes(max_bs: int, *, speculative: bool) -> tuple[int, ...]:
 #: still differ (tests/conformance), so fixing one means removing it here and in
 #: docs/rehearsal.md.
 KNOWN_SIMULATOR_DIFFERENCES = (
-    "spec v2 (the overlap scheduler) is on only with SGLANG_ENABLE_SPEC_V2, which 0.5.14 "
-    "removed; 0.5.23 always runs it. Switching it on by default needs the throughput "
-    "calibration refitted (+23 % at one request with today's constants)",
-    "KV held per running request is steps * topk + draft (+100), not 0.5.16's "
-    "max(steps * topk, draft_tokens), twice that under the overlap scheduler",
-    "hybrid models: running requests are limited by the simulator's own state-slot model, "
-    "without 0.5.17's mamba-cache cap warning",
+    "hybrid models: the mamba state cache is sized by the simulator's calibrated state "
+    "model (state per request grows with the tokens a decode step allocates), not by "
+    "0.5.23's fixed share of the memory left (--mamba-full-memory-ratio 0.9), which with "
+    "the KV drop the calibration measured would give 26 -> 18 running requests, not 21; "
+    "the cap and its warning line are 0.5.23's",
 )

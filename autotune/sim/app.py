@@ -198,7 +198,7 @@ class SimServer:
             "speculative_num_draft_tokens": s.draft
             if s.on
             else (a.launch.speculative_num_draft_tokens),
-            "disable_overlap_schedule": s.on and not r.overlap,
+            "disable_overlap_schedule": a.launch.disable_overlap_schedule,
             "speculative_adaptive": a.launch.speculative_adaptive and r.adaptive is not None,
             "speculative_adaptive_config": a.launch.speculative_adaptive_config,
             **_ngram_args(r.ngram),

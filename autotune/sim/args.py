@@ -142,10 +142,8 @@ _VALUE_FLAGS: dict[str, tuple[str, Any]] = {
 _BOOL_FLAGS = {
     "--enable-metrics": "enable_metrics",
     "--speculative-adaptive": "speculative_adaptive",
+    "--disable-overlap-schedule": "disable_overlap_schedule",
 }
-#: Environment variables the simulator reads, as SGLang's EnvBool spells true.
-SPEC_V2_ENV = "SGLANG_ENABLE_SPEC_V2"
-_TRUE = ("1", "true", "yes", "y", "on")
 _LAUNCH_KEYS = set(model.Launch.__slots__)
 
 
@@ -234,10 +232,9 @@ _PREDICT_FLAGS: dict[str, tuple[str, Any]] = {
 }
 
 
-def parse(argv: list[str], environ: dict[str, str] | None = None) -> SimArgs:
-    """Parse a launch command line (and the SGLANG_* environment it reads); raises ArgError
-    for what the simulator cannot accept."""
-    env = os.environ if environ is None else environ
+def parse(argv: list[str]) -> SimArgs:
+    """Parse a launch command line; raises ArgError for what the simulator cannot accept.
+    (0.5.23 reads no SGLANG_* variable the simulator models: SGLANG_ENABLE_SPEC_V2 is gone.)"""
     top: dict[str, Any] = {}
     launch: dict[str, Any] = {}
     sim: dict[str, Any] = {}
@@ -309,7 +306,6 @@ def parse(argv: list[str], environ: dict[str, str] | None = None) -> SimArgs:
                 launch["adaptive_config_text"] = f.read()
         except OSError:
             pass
-    launch["spec_v2"] = env.get(SPEC_V2_ENV, "").strip().lower() in _TRUE
     return SimArgs(
         launch=model.Launch(**launch),
         sim=SimOptions(**sim),
@@ -334,7 +330,7 @@ A simulated SGLang server ("rehearsal mode"). Modelled SGLang flags:
   --cuda-graph-max-bs-decode --speculative-adaptive --speculative-adaptive-config
   --speculative-ngram-min-bfs-breadth --speculative-ngram-max-bfs-breadth
   --speculative-ngram-match-type --speculative-ngram-max-trie-depth
-  --speculative-ngram-capacity; the environment variable SGLANG_ENABLE_SPEC_V2
+  --speculative-ngram-capacity --disable-overlap-schedule
 Any other SGLang flag is accepted and ignored (one warning line lists them).
 
 Simulator flags:

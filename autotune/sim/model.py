@@ -41,19 +41,14 @@ NATURAL_SIGMA = 0.85
 
 DRAFT_ADJUSTED_WARNING = sglang_facts.DRAFT_ADJUSTED_WARNING.text
 MAX_RUNNING_RESET_WARNING = sglang_facts.MAX_RUNNING_RESET_WARNING.text
-OVERLAP_WARNING = (
-    "Overlap scheduler is disabled because of using eagle3 or standalone speculative decoding."
+#: 0.5.23 runs spec v2 (the overlap scheduler) unless --disable-overlap-schedule.
+NON_OVERLAP_WARNING = (
+    "Non-overlap (synchronous) spec v2 is used for eagle/eagle3/standalone speculative decoding."
 )
+MAMBA_CAP_WARNING = sglang_facts.MAMBA_CAP_WARNING.text
 OOM_MESSAGE = sglang_facts.OOM_MESSAGES[0].text
 ADAPTIVE_DISABLED_WARNING = (
     "speculative_adaptive disabled: {reason}. Falling back to static speculative params."
-)
-SPEC_V2_LINE = (
-    "Beta spec is enabled for eagle speculative decoding and overlap schedule is turned on."
-)
-SPEC_V1_TOPK_WARNING = (
-    "Spec v1 is used for eagle/eagle3/standalone speculative decoding because spec v2 "
-    "currently only supports topk = 1."
 )
 NGRAM_DRAFT_WARNING = (
     "speculative_num_draft_tokens is set to 12 by default for ngram speculative decoding."
@@ -72,6 +67,11 @@ NGRAM_LOOKUP_MS = 0.04
 #: Share of the speculative bookkeeping (`t_spec`) that is host-side work the overlap
 #: scheduler (spec v2) can run while the GPU verifies; with `t_batch` per request.
 OVERLAP_CPU_SHARE = 0.5
+#: Mamba state slots per running request (kv_cache_configurator._calculate_mamba_ratio,
+#: 0.5.23): the extra_buffer strategy's 3, plus 2 tracking slots under the overlap
+#: scheduler; without overlap SGLang picks no_buffer, 3.
+MAMBA_SLOTS_OVERLAP = 5
+MAMBA_SLOTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,8 +90,8 @@ class Launch:
     """The config file's path as given."""
     adaptive_config_text: str | None = None
     """Its content, read at launch (None with a path: the file could not be read)."""
-    spec_v2: bool = False
-    """SGLANG_ENABLE_SPEC_V2 (environment): the overlap scheduler's spec path."""
+    disable_overlap_schedule: bool = False
+    """Spec v2 without the overlap scheduler (0.5.23 overlaps by default)."""
     speculative_ngram_min_bfs_breadth: int | None = None
     speculative_ngram_max_bfs_breadth: int | None = None
     speculative_ngram_match_type: str | None = None
@@ -153,6 +153,8 @@ class Resolved:
     overlap: bool = False
     """Spec v2: the overlap scheduler prepares the next batch while the GPU runs this one."""
     ngram: Ngram | None = None
+    pool_warnings: tuple[str, ...] = ()
+    """Lines the memory pools print once the weights are loaded (the mamba cap)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,13 +246,8 @@ def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
         if max_running is None:
             max_running = SPEC_DEFAULT_MAX_RUNNING
             warnings.append(MAX_RUNNING_RESET_WARNING)
-        if launch.spec_v2 and topk == 1:
-            overlap = True
-            warnings.append(SPEC_V2_LINE)
-        elif launch.spec_v2:
-            warnings.append(SPEC_V1_TOPK_WARNING)
-        else:
-            warnings.append(OVERLAP_WARNING)
+        if launch.disable_overlap_schedule:
+            warnings.append(NON_OVERLAP_WARNING)
         if topk == 1 and draft != steps + 1:
             warnings.append(DRAFT_ADJUSTED_WARNING)
             draft = steps + 1
@@ -259,13 +256,16 @@ def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
         if config is not None:
             top = max(config.union)
             reserve = chain(top) if top > steps else spec
+    overlap = spec.on and not launch.disable_overlap_schedule
     mfs = launch.mem_fraction_static or profile.default_mem_fraction
     cap = max_running if max_running is not None else profile.nospec_max_running
     graph_bs = min(launch.cuda_graph_max_bs or profile.default_graph_bs, cap)
-    pools = capacity(profile, reserve, mfs, cap, graph_bs)
+    pools = capacity(
+        profile, reserve, mfs, cap, graph_bs, overlap=not launch.disable_overlap_schedule
+    )
     if isinstance(pools, Refusal):
         return pools
-    kv_tokens, running = pools
+    kv_tokens, running = pools.max_total_num_tokens, pools.max_running_requests
     late = None
     if spec.on and not spec.ngram and spec.draft > spec.steps * spec.topk + 1:
         late = _tree_too_small(spec)
@@ -286,6 +286,7 @@ def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
         adaptive=config,
         overlap=overlap,
         ngram=ngram,
+        pool_warnings=pools.warnings,
     )
 
 
@@ -366,49 +367,75 @@ def _ngram(launch: Launch, warnings: list[str]) -> tuple[Spec, Ngram] | Refusal:
     return Spec(draft // topk, topk, draft, ngram=True, max_depth=n.max_trie_depth), n
 
 
-def capacity(
-    profile: Profile, spec: Spec, mem_fraction: float, max_running: int, graph_bs: int
-) -> tuple[int, int] | Refusal:
-    """(max_total_num_tokens, max_running_requests) or an out-of-memory refusal.
+@dataclass(frozen=True, slots=True)
+class Pools:
+    max_total_num_tokens: int
+    max_running_requests: int
+    warnings: tuple[str, ...] = ()
 
-    `max_running` is the requested (or defaulted) cap; `graph_bs` sizes the
-    speculative workspace that is carved out before the pools.
+
+def alloc_len(spec: Spec) -> int:
+    """KV slots one running request takes per decode step: 0.5.23's
+    `max(steps * topk, draft_tokens)` (srt/mem_cache/allocation_sizing.py); 1 without
+    speculation."""
+    if not spec.on:
+        return 1
+    return max(spec.steps * spec.topk, spec.draft)
+
+
+def capacity(
+    profile: Profile,
+    spec: Spec,
+    mem_fraction: float,
+    max_running: int,
+    graph_bs: int,
+    *,
+    overlap: bool = True,
+) -> Pools | Refusal:
+    """The pools' sizes, or an out-of-memory refusal.
+
+    `max_running` is the requested (or defaulted) cap; `graph_bs` sizes the CUDA-graph
+    workspace (per batch slot and per token a decode step allocates) carved out before the
+    pools. `overlap` is the scheduler's mode: the hybrid models' state slots per request.
     """
     rest_gb = mem_fraction * profile.gpu_mem_gb - profile.weights_gb - profile.overhead_gb
     unit = float(profile.kv_bytes_per_token)
-    tree = 0
-    if spec.on:
-        if not spec.ngram:
-            rest_gb -= profile.draft_weights_gb
-            unit *= 1.0 + profile.draft_kv_fraction
-        tree = spec.steps * spec.topk + spec.draft
-    pool = rest_gb * GiB / unit - graph_bs * tree * profile.workspace_tokens
+    per_step = alloc_len(spec) if spec.on else 0
+    if spec.on and not spec.ngram:
+        rest_gb -= profile.draft_weights_gb
+        unit *= 1.0 + profile.draft_kv_fraction
+    pool = rest_gb * GiB / unit - graph_bs * per_step * profile.workspace_tokens
     if pool <= 0:
         return _oom(mem_fraction)
-    slot = profile.slot_tokens
+    warnings: tuple[str, ...] = ()
     if profile.state_tokens > 0:
-        # Hybrid (linear attention) models: every running request holds a recurrent
-        # state slot, plus a snapshot per drafted token to roll rejected ones back.
-        # The pool plans one slot per `slot` KV tokens unless a smaller cap was asked
-        # for, so a bigger tree costs KV tokens and running requests together.
-        state = profile.state_tokens + profile.state_spec_tokens * tree
-        if max_running * (slot + state) <= pool:
+        # Hybrid (linear attention) models: every running request holds recurrent state
+        # slots, plus snapshots per token a decode step drafts to roll rejected ones back.
+        # The pool plans one request per `slot` KV tokens unless a smaller cap was asked
+        # for, so a bigger step costs KV tokens and running requests together. (0.5.23
+        # sizes the mamba cache as a fixed share of memory instead; with the KV drop the
+        # calibration measured, that share would give 26 -> 18, not the measured 21.)
+        state = profile.state_tokens + profile.state_spec_tokens * per_step
+        if max_running * (profile.slot_tokens + state) <= pool:
             running = max_running
             kv = pool - running * state
         else:
-            kv = pool * slot / (slot + state)
-            running = int(kv // slot)
+            kv = pool * profile.slot_tokens / (profile.slot_tokens + state)
+            running = int(kv // profile.slot_tokens)
+            # The cap SGLang 0.5.17+ reports: max_mamba_cache_size // slots per request
+            # (extra_buffer: 3, plus 2 tracking slots under the overlap scheduler).
+            slots = MAMBA_SLOTS_OVERLAP if overlap else MAMBA_SLOTS
+            size = int(kv * slots / profile.slot_tokens)
+            if running < max_running:
+                warnings = (MAMBA_CAP_WARNING.format(running, size, slots),)
     else:
-        # Pure attention: requests cost only the KV they use; the cap is the limit.
+        # Pure attention: requests cost only the KV they use (0.5.23 reserves none per
+        # request at startup); SGLang caps the count at half the tokens.
         kv = pool
-        running = min(max_running, int(kv // slot))
-    # Verify and draft tokens share the KV pool: SGLang keeps room for a full tree
-    # per request slot it plans for (engine-facts: max_reqs*steps*topk + max_reqs*draft).
-    if spec.on:
-        kv -= max_running * tree + 100
+        running = min(max_running, int(kv // profile.slot_tokens))
     if kv < 1 or running < 1:
         return _oom(mem_fraction)
-    return int(kv), running
+    return Pools(int(kv), running, warnings)
 
 
 def _assertion() -> Refusal:
@@ -584,7 +611,7 @@ def iteration_time(
         + profile.t_kv * kv_tokens / 1000.0
         + profile.t_batch * batch
     )
-    host = profile.t_batch * batch
+    host = OVERLAP_CPU_SHARE * profile.t_batch * batch
     if spec.ngram:
         t += profile.t_spec + NGRAM_LOOKUP_MS * batch
         host += OVERLAP_CPU_SHARE * profile.t_spec + NGRAM_LOOKUP_MS * batch

@@ -81,6 +81,8 @@ async def _life(args: SimArgs) -> int:
     await _load(profile, args, total, crash=bool(fault and fault.kind == "crash-on-start"))
     if isinstance(resolved, model.Refusal):
         _die(resolved)
+    for w in resolved.pool_warnings:
+        logs.sched(w)
     logs.sched("Using KV cache dtype: torch.bfloat16")
     logs.sched(
         f"KV Cache is allocated. #tokens: {resolved.max_total_num_tokens}, "

@@ -21,6 +21,7 @@ from autotune.sim import args as sim_args
 from autotune.sim import metrics as sim_metrics
 from autotune.sim import model as sim_model
 from autotune.sim.app import SimServer
+from autotune.sim.profiles import QWEN35_122B
 from autotune.space import load_space
 from tests.conformance.wheel import Wheel
 
@@ -461,18 +462,71 @@ def test_the_memory_per_decode_step(wheel: Wheel) -> None:
     if not at_least(wheel, "0.5.16"):
         assert not wheel.has(member)
         return
-    assert "return max(spec_steps * spec_topk, spec_tokens)" in wheel.source(member), (
+    rule = "max(spec_steps * spec_topk, spec_tokens)"
+    assert f"return {rule}" in wheel.source(member), (
         f"{wheel}: {member} sizes a decode step differently"
     )
+    # The simulator's pools and every search space's memory_per_request follow the rule.
+    for steps, topk, draft in ((1, 1, 2), (3, 1, 4), (2, 4, 9), (4, 2, 5), (8, 8, 64), (2, 8, 3)):
+        env = {"spec_steps": steps, "spec_topk": topk, "spec_tokens": draft}
+        want = eval(rule, {"max": max}, env)
+        assert sim_model.alloc_len(sim_model.Spec(steps, topk, draft)) == want
+        config = {"speculative_num_steps": steps, "speculative_eagle_topk": topk,
+                  "speculative_num_draft_tokens": draft}  # fmt: skip
+        chains = ("sglang-mtp.yaml", "sglang-adaptive.yaml") if topk == 1 else ()
+        for name in ("sglang-eagle.yaml", *chains):
+            got = load_space(SPACES / name).memory_tokens(config)
+            assert got == want, f"{name}: memory_per_request {got} for {config}, SGLang {want}"
+    ngram = load_space(SPACES / "sglang-ngram.yaml")
+    for draft, breadth in ((4, 4), (12, 10), (24, 6)):
+        # NGRAM: topk := breadth, steps := draft // breadth, so steps * topk <= draft.
+        env = {"spec_steps": draft // breadth, "spec_topk": breadth, "spec_tokens": draft}
+        got = ngram.memory_tokens({"speculative_num_draft_tokens": draft,
+                                   "speculative_ngram_max_bfs_breadth": breadth,
+                                   "speculative_ngram_max_trie_depth": 18})  # fmt: skip
+        assert got == eval(rule, {"max": max}, env), f"sglang-ngram.yaml: {got}"
+
+
+def test_spec_v2_overlaps_unless_disabled(wheel: Wheel) -> None:
+    flag = wheel.flags["--disable-overlap-schedule"]
+    assert flag.type == "bool" and flag.default is False, flag
+    if not at_least(wheel, "0.5.14"):
+        return  # spec v1 by default; the simulator speaks 0.5.23
+    member = "sglang/srt/arg_groups/speculative_hook.py"
+    found = wheel.find(sim_model.NON_OVERLAP_WARNING, member)
+    assert found is not None, f"{wheel}: {member} no longer warns {sim_model.NON_OVERLAP_WARNING!r}"
+    chain = sim_model.Launch("EAGLE", 3, 1, 4)
+    resolved = sim_model.resolve(QWEN35_122B, chain)
+    assert isinstance(resolved, sim_model.Resolved) and resolved.overlap
+
+
+def test_the_mamba_state_slots_per_request(newest: Wheel) -> None:
+    member = "sglang/srt/mem_cache/kv_cache_configurator.py"
+    source = newest.source(member)
+    base = re.search(r"^MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO = (\d+)", source, re.M)
+    assert base, f"{newest}: {member} has no MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO"
+    tracking = newest.source("sglang/srt/mem_cache/allocation_sizing.py")
+    assert "return 2 if overlap else 1" in tracking, f"{newest}: tracking slots changed"
+    # extra_buffer (chosen with the overlap scheduler) adds 2; without it, no_buffer: none.
+    slots = int(base[1])
+    simulated = (sim_model.MAMBA_SLOTS_OVERLAP, sim_model.MAMBA_SLOTS)
+    assert simulated == (slots + 2, slots), f"{newest}: {member}: {slots} slots per request"
 
 
 # ------------------------------------------------------------------------ known differences
 def test_the_simulators_known_differences_still_differ(newest: Wheel) -> None:
     """What the simulator does not yet speak of the newest release (docs/rehearsal.md). When
     one is fixed, this test fails until it leaves the list."""
-    environ = newest.source("sglang/srt/environ.py")
-    assert (sim_args.SPEC_V2_ENV in environ) is False, "SGLANG_ENABLE_SPEC_V2 is back"
-    assert facts.KNOWN_SIMULATOR_DIFFERENCES
+    member = "sglang/srt/mem_cache/kv_cache_configurator.py"
+    # The mamba cache as a fixed share of the memory left (the simulator: its state model).
+    share = re.compile(
+        r"\* get_schedule\(\)\.mamba_full_memory_ratio\s*"
+        r"/ \(1 \+ get_schedule\(\)\.mamba_full_memory_ratio\)"
+    )
+    assert share.search(newest.source(member)), (
+        f"{newest}: {member} sizes the mamba budget otherwise"
+    )
+    assert len(facts.KNOWN_SIMULATOR_DIFFERENCES) == 1
 
 
 # ------------------------------------------------------------------------ CUDA graphs

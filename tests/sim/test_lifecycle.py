@@ -37,10 +37,6 @@ def spec(steps: int, topk: int | None = None, draft: int | None = None) -> list[
             [*spec(3, 1, 4), "--mem-fraction-static", "0.7"], "RuntimeError",
             "Please try to increase --mem-fraction-static", id="oom-low-mem-fraction",
         ),
-        pytest.param(
-            [*spec(8, 8, 64), "--sim-profile", "llama", "--max-running-requests", "4096"],
-            "RuntimeError", "Not enough memory", id="oom-max-running-requests",
-        ),
     ],
 )  # fmt: skip
 def test_refusals_exit_nonzero_with_sglang_log(

@@ -65,7 +65,10 @@ def test_full_eagle_space_is_fast_and_complete() -> None:
     keys = {tuple(sorted(r["params"].items())) for r in rows}
     assert len(keys) == len(rows), "configs are distinct"
     refused = [r for r in rows if not r["valid"]]
-    assert 1 <= len(refused) <= 15 and all("memory" in r["reason"] for r in refused)
+    # Out of memory only in the corner where a decode step allocates steps * topk = 64.
+    assert refused and all("memory" in r["reason"] for r in refused)
+    assert {(r["params"]["speculative_num_steps"], r["params"]["speculative_eagle_topk"])
+            for r in refused} == {(8, 8)}  # fmt: skip
     for r in rows:
         assert set(r["params"]) == set(predict.KNOB_NAMES)
         if r["valid"]:

@@ -23,8 +23,8 @@ QWEN = get_profile("qwen")
 LLAMA = get_profile("llama")
 
 
-def resolve(*flags: str, env: dict[str, str] | None = None, profile=QWEN):  # type: ignore[no-untyped-def]
-    return model.resolve(profile, parse(list(flags), env or {}).launch)
+def resolve(*flags: str, profile=QWEN):  # type: ignore[no-untyped-def]
+    return model.resolve(profile, parse(list(flags)).launch)
 
 
 # -- the adaptive config and controller ----------------------------------------------------
@@ -161,22 +161,29 @@ def test_memory_is_reserved_for_the_largest_candidate(tmp_path: Path) -> None:
     assert narrow.max_running_requests == static.max_running_requests
 
 
-def test_spec_v2_turns_the_overlap_scheduler_on_for_chains_only() -> None:
+def test_spec_v2_overlaps_by_default_and_disable_overlap_schedule_turns_it_off() -> None:
     chain = ("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
              "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")  # fmt: skip
-    v1 = resolve(*chain)
-    v2 = resolve(*chain, env={"SGLANG_ENABLE_SPEC_V2": "1"})
-    assert isinstance(v1, model.Resolved) and isinstance(v2, model.Resolved)
-    assert not v1.overlap and model.OVERLAP_WARNING in v1.warnings
-    assert v2.overlap and model.SPEC_V2_LINE in v2.warnings
-    tree = resolve("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
-                   "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "6",
-                   env={"SGLANG_ENABLE_SPEC_V2": "true"})  # fmt: skip
-    assert isinstance(tree, model.Resolved) and not tree.overlap
-    assert model.SPEC_V1_TOPK_WARNING in tree.warnings
+    v2 = resolve(*chain)
+    sync = resolve(*chain, "--disable-overlap-schedule")
+    assert isinstance(v2, model.Resolved) and isinstance(sync, model.Resolved)
+    assert v2.overlap and model.NON_OVERLAP_WARNING not in v2.warnings
+    assert not sync.overlap and model.NON_OVERLAP_WARNING in sync.warnings
+    # 0.5.23 has only v2 workers: trees overlap too.
+    tree = resolve(
+        "--speculative-algorithm",
+        "EAGLE",
+        "--speculative-num-steps",
+        "3",
+        "--speculative-eagle-topk",
+        "2",
+        "--speculative-num-draft-tokens",
+        "6",
+    )
+    assert isinstance(tree, model.Resolved) and tree.overlap
     # Overlap hides host time: faster at every batch, most where scheduling costs most.
     for batch in (1, 16, 48):
-        t1 = model.iteration_time(QWEN, v1.spec, batch, batch * 300.0)
+        t1 = model.iteration_time(QWEN, sync.spec, batch, batch * 300.0)
         t2 = model.iteration_time(QWEN, v2.spec, batch, batch * 300.0, overlap=True)
         assert t2 < t1
 
@@ -269,14 +276,14 @@ def test_served_ngram_and_spec_v2_report_as_sglang(start_sim: StartSim) -> None:
     )
 
 
-def test_served_spec_v2_reads_the_environment(
-    start_sim: StartSim, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_served_overlap_is_the_default_and_the_flag_turns_it_off(start_sim: StartSim) -> None:
     chain = ("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
              "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")  # fmt: skip
-    v1 = start_sim(*chain)
-    monkeypatch.setenv("SGLANG_ENABLE_SPEC_V2", "1")
     v2 = start_sim(*chain)
-    assert httpx.get(v1.url + "/get_server_info").json()["disable_overlap_schedule"] is True
-    assert httpx.get(v2.url + "/get_server_info").json()["disable_overlap_schedule"] is False
-    assert model.SPEC_V2_LINE in v2.log and model.SPEC_V2_LINE not in v1.log
+    sync = start_sim(*chain, "--disable-overlap-schedule")
+    assert httpx.get(v2.url + "/server_info").json()["disable_overlap_schedule"] is False
+    assert httpx.get(sync.url + "/server_info").json()["disable_overlap_schedule"] is True
+    assert model.NON_OVERLAP_WARNING in sync.log and model.NON_OVERLAP_WARNING not in v2.log
+    # The hybrid profile's running requests are the mamba cap, printed as 0.5.23 prints it.
+    assert "by the mamba state cache" in v2.log and "5 state slots per request" in v2.log
+    assert "3 state slots per request" in sync.log
