@@ -84,15 +84,13 @@ def study_truth(
 
 
 def deployed_launch(cfg: Config, unit_text: str, config: dict[str, Any]) -> model.Launch:
-    """The simulator's launch for `config` deployed: the patched unit's flags, its
-    Environment= and the companion files' text."""
-    from autotune import unitenv
-
+    """The simulator's launch for `config` deployed: the patched unit's flags and the
+    companion files' text (0.5.23 reads no environment variable the simulator models)."""
     unit_dir = "/autotune-truth"
     patched = cfg.space.patch_unit(unit_text, config, unit_dir=unit_dir)
     argv = unitfile.parse_exec_start(patched).argv
     start = next(i for i, w in enumerate(argv) if w in ("sim", "autotune.sim")) + 1
-    parsed = sim_args.parse(argv[start:], unitenv.effective(patched))
+    parsed = sim_args.parse(argv[start:])
     files = cfg.space.files(config, unit_dir)
     path = parsed.launch.speculative_adaptive_config
     if path is not None and files.get(path) is not None:
