@@ -62,10 +62,10 @@ def test_simulated_server_scores_like_the_trial_pipeline():
     assert best.score.values[0] == pytest.approx(land.best.value, rel=1e-3)
     assert best.attrs["resolved"] == land.best.resolved
 
-    big = {
-        "speculative_num_steps": 8,
-        "speculative_eagle_topk": 8,
-        "speculative_num_draft_tokens": 9,
+    big = {  # a decode step allocates max(4 * 4, 16) = 16 tokens per request: 6 fit
+        "speculative_num_steps": 4,
+        "speculative_eagle_topk": 4,
+        "speculative_num_draft_tokens": 16,
     }
     too_big = server(big, never)  # comes up, but runs fewer requests than the floor of 16
     assert too_big.attrs["failure"] == "capacity"
