@@ -211,9 +211,9 @@ def _each_worker(cfg: Any) -> list[Any]:
 
 
 def _start(args: argparse.Namespace) -> int:
-    from autotune import daemon
     from autotune.log import get
-    from autotune.stopping import StopRequest, deadline_from
+    from autotune.run import loop
+    from autotune.run.stopping import StopRequest, deadline_from
 
     cfg = _load(args)
     try:
@@ -221,12 +221,12 @@ def _start(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise AutotuneError(str(exc)) from None
     if cfg.workers and cfg.worker is None:
-        from autotune import fleet
+        from autotune.run import fleet
 
         return fleet.start_workers(cfg, args.argv)
     stop = StopRequest()
     stop.install_signal_handlers()
-    summary = daemon.run_study(cfg, stop=stop, deadline=deadline)
+    summary = loop.run_study(cfg, stop=stop, deadline=deadline)
 
     log = get("autotune")
     if summary.best:
@@ -257,12 +257,13 @@ def _start(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from autotune import study as st
-    from autotune.storage import redact
+    from autotune.search import study as st
+    from autotune.store.storage import redact
 
     cfg = _load(args)
     study = st.open_study(cfg, create=False)
-    from autotune import estimate, finalists
+    from autotune.run import finalists
+    from autotune.search import estimate
 
     rows = [_row(study, t) for t in study.get_trials(deepcopy=False)]
     runs = finalists.expected_runs(cfg, study)
@@ -311,8 +312,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _row(study: Any, t: Any) -> dict[str, Any]:
-    from autotune import study as st
-    from autotune.finalists import validation_of
+    from autotune.run.finalists import validation_of
+    from autotune.search import study as st
 
     values = t.values
     return {
@@ -334,15 +335,15 @@ def _row(study: Any, t: Any) -> dict[str, Any]:
 
 
 def _best(args: argparse.Namespace) -> int:
-    from autotune import daemon
-    from autotune import study as st
+    from autotune.run import loop
+    from autotune.search import study as st
 
     cfg = _load(args)
     study = st.open_study(cfg, create=False)
     best = st.best_trials(study)
     if not best:
         raise AutotuneError(f"study {study.study_name!r} has no feasible trial yet")
-    described = [daemon.describe(study, t) for t in best]
+    described = [loop.describe(study, t) for t in best]
     if args.json:
         print(json.dumps(described[0] if len(described) == 1 else described, indent=2))
         return 0
@@ -363,7 +364,7 @@ def _best(args: argparse.Namespace) -> int:
 def _init(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from autotune import init
+    from autotune.commands import init
 
     if args.unit_file:
         unit_file = Path(args.unit_file).resolve()
@@ -385,7 +386,7 @@ def _init(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from autotune import validate
+    from autotune.commands import validate
 
     worst = 0
     for cfg in _each_worker(_load(args)):
@@ -406,20 +407,20 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    from autotune import daemon
+    from autotune.run import deployment
 
     for cfg in _each_worker(_load(args)):
-        number = daemon.apply_trial(cfg, args.trial)
+        number = deployment.apply_trial(cfg, args.trial)
         who = f" on {cfg.worker}" if cfg.worker else ""
         print(f"serving trial {number}'s config{who} ({cfg.target.unit} via {cfg.target.deploy})")
     return 0
 
 
 def _restore(args: argparse.Namespace) -> int:
-    from autotune import daemon
+    from autotune.run import deployment
 
     for cfg in _each_worker(_load(args)):
-        daemon.restore_original(cfg)
+        deployment.restore_original(cfg)
         who = f" on {cfg.worker}" if cfg.worker else ""
         print(f"serving the original {cfg.target.unit}{who}")
     return 0
@@ -428,8 +429,8 @@ def _restore(args: argparse.Namespace) -> int:
 def _export_adaptive(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from autotune import export_adaptive as ea
-    from autotune import study as st
+    from autotune.commands import export_adaptive as ea
+    from autotune.search import study as st
 
     cfg = _load(args)
     path, data, winners = ea.export(cfg, Path(args.out) if args.out else None)
@@ -446,7 +447,7 @@ def _export_adaptive(args: argparse.Namespace) -> int:
 
 
 def _dashboard(args: argparse.Namespace) -> int:
-    from autotune import dashboard
+    from autotune.commands import dashboard
 
     return dashboard.serve(_load(args), args.port)
 

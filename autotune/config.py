@@ -18,11 +18,11 @@ from urllib.parse import urlparse
 import yaml
 
 from autotune import resources
-from autotune.engines import ENGINES
+from autotune.engines import engine_names
 from autotune.errors import ConfigError
 from autotune.space import ENUMERABLE_LIMIT, SearchSpace, load_space, space_from_dict
-from autotune.storage import redact
-from autotune.storage import scheme as storage_scheme
+from autotune.store.storage import redact
+from autotune.store.storage import scheme as storage_scheme
 
 DEPLOY_MODES = ("local-process", "local-systemd", "ssh")
 SAMPLERS = ("auto", "gp", "tpe", "random", "optuna-gp")
@@ -49,10 +49,11 @@ class StudyConfig:
     worker or host died) and queues its config again. Beats come every fifth of it."""
     prune: bool = True
     """Stop a trial after a benchmark level once the model finds it implausible that it
-    beats the best so far (geomean objective; `autotune/pruning.py`)."""
+    beats the best so far (geomean objective; `autotune/search/pruning.py`)."""
     predict_capacity: bool = True
     """Do not deploy a config whose max_running_requests the trials so far predict below
-    `objective.constraints.min_running_requests` with high confidence (`autotune/capacity.py`)."""
+    `objective.constraints.min_running_requests` with high confidence
+    (`autotune/search/capacity.py`)."""
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ class Config:
 
     def summary(self) -> dict[str, Any]:
         """The settings a study ran with, JSON-safe, without secrets (for the study record)."""
-        from autotune.storage import redact
+        from autotune.store.storage import redact
 
         return {
             "config_file": self.source,
@@ -437,7 +438,7 @@ def _study(s: _Section, deploy: str, base_dir: Path) -> StudyConfig:
 
 
 def _target(s: _Section, base_dir: Path) -> TargetConfig:
-    engine = s.str("engine", "sglang", ENGINES)
+    engine = s.str("engine", "sglang", engine_names())
     deploy = s.str("deploy", "local-process", DEPLOY_MODES)
     raw_unit_file = s.str("unit_file")
     unit = s.str("unit")

@@ -47,7 +47,7 @@ from autotune.errors import ConfigError
 ENUMERABLE_LIMIT = 20_000
 
 Value = int | float | str
-Config = dict[str, Value]
+Params = dict[str, Value]
 
 FRACTION_SUFFIX = "_frac"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -136,7 +136,7 @@ class Rule:
 class Candidate:
     """One distinct configuration the space can propose, after the rules."""
 
-    params: Config
+    params: Params
     valid: bool
     reason: str | None = None
 
@@ -159,7 +159,7 @@ class SearchSpace:
         """Knobs whose every increase costs memory (see the space file's `memory_grows_with`)."""
         self.memory_per_request = memory_per_request
         """KV tokens the engine reserves per running request for a config (the space file's
-        `memory_per_request`); the capacity predictor's input (`autotune/capacity.py`)."""
+        `memory_per_request`); the capacity predictor's input (`autotune/search/capacity.py`)."""
         self._enumerated: list[Candidate] | None = None  # a space never changes once parsed
         self.order = _topological_order(source, self.params)
 
@@ -218,9 +218,9 @@ class SearchSpace:
         """Every parameter that applies to `config` has a value in it."""
         return all(n in config for n in self.order if self.applies(n, config))
 
-    def decode(self, study_params: Mapping[str, Any]) -> Config:
+    def decode(self, study_params: Mapping[str, Any]) -> Params:
         """Study params -> the config the engine will run (rules' adjustments applied)."""
-        config: Config = {}
+        config: Params = {}
         for name in self.order:
             p = self.params[name]
             if not self.applies(name, config):
@@ -237,7 +237,7 @@ class SearchSpace:
     def encode(self, config: Mapping[str, Value]) -> dict[str, Any]:
         """A config (e.g. the unit's current flags) -> study params that decode to it."""
         study: dict[str, Any] = {}
-        known: Config = {}
+        known: Params = {}
         for name in self.order:
             p = self.params[name]
             if not self.applies(name, known):
@@ -255,7 +255,7 @@ class SearchSpace:
                 study[p.study_name] = v
         return study
 
-    def apply_rules(self, config: Config) -> Config:
+    def apply_rules(self, config: Params) -> Params:
         out = dict(config)
         for rule in self.rules:
             if rule.set and _holds(rule.when, out):
@@ -397,7 +397,7 @@ class SearchSpace:
     ) -> str:
         """`unit_text` running `config`: its flags and environment set, those that do not
         apply removed; every other byte unchanged."""
-        from autotune import unitenv, unitfile
+        from autotune.unit import unitenv, unitfile
 
         text = unitfile.patch_unit(
             unit_text, self.flags(config, unit_dir), self.removed_flags(config), source=source
@@ -420,7 +420,7 @@ class SearchSpace:
     def _walk_all(self) -> list[Candidate]:
         seen: dict[tuple[tuple[str, Value], ...], Candidate] = {}
 
-        def walk(i: int, config: Config) -> None:
+        def walk(i: int, config: Params) -> None:
             if i == len(self.order):
                 final = self.apply_rules(config)
                 k = self.key(final)
@@ -440,7 +440,7 @@ class SearchSpace:
         walk(0, {})
         return list(seen.values())
 
-    def _values(self, p: Param, config: Config) -> list[Value]:
+    def _values(self, p: Param, config: Params) -> list[Value]:
         if p.fixed:
             return [_cast(p, p.value(config))]  # type: ignore[misc]
         if p.choices is not None:

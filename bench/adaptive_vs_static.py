@@ -159,9 +159,9 @@ def _cli(*args: Any) -> subprocess.CompletedProcess[str]:
 
 
 def _study_attrs(folder: Path) -> dict[str, Any]:
-    from autotune import export_adaptive
-    from autotune import study as st
+    from autotune.commands import export_adaptive
     from autotune.config import load_config
+    from autotune.search import study as st
 
     cfg = load_config(str(folder / "autotune.yaml"))
     study = st.open_study(cfg, create=False)

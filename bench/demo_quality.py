@@ -33,9 +33,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autotune import log, truth, unitfile  # noqa: E402
-from autotune import study as st  # noqa: E402
+from autotune import log  # noqa: E402
 from autotune.config import Config, load_config  # noqa: E402
+from autotune.search import study as st  # noqa: E402
+from autotune.sim import truth  # noqa: E402
+from autotune.unit import unitfile  # noqa: E402
 
 
 def main() -> int:
@@ -138,7 +140,7 @@ def _fresh_run(i: int, config: str, port: int) -> dict[str, Any]:
 
 def replay(cfg: Config, n: int) -> int:
     """The demo's study (its sampler, budget, finalists) against the model plus noise."""
-    from autotune import finalists
+    from autotune.run import finalists
     from bench.efficiency.cells import Landscape
     from bench.efficiency.run import in_memory_study, run_to
     from bench.efficiency.simulated import SimulatedServer

@@ -25,11 +25,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autotune import daemon, finalists, log  # noqa: E402
-from autotune import study as st  # noqa: E402
+from autotune import log  # noqa: E402
 from autotune.config import Config, load_config  # noqa: E402
 from autotune.engines import get_engine  # noqa: E402
-from autotune.trial import TrialPipeline  # noqa: E402
+from autotune.run import deployment, finalists, loop  # noqa: E402
+from autotune.run.trial import TrialPipeline  # noqa: E402
+from autotune.search import study as st  # noqa: E402
 
 NONE = {"spec_type": "none"}
 
@@ -49,7 +50,7 @@ def main() -> int:
     for workload in args.workloads.split(","):
         cfg = _for_workload(base, workload, db_dir)
         started = time.monotonic()
-        summary = daemon.run_study(cfg)
+        summary = loop.run_study(cfg)
         wall = time.monotonic() - started
         study = st.open_study(cfg, create=False)
         best = st.best_trials(study)
@@ -102,7 +103,7 @@ def _finalist_runs(study: Any) -> int:
 
 def _side_by_side(cfg: Config, winner: dict[str, Any], rounds: int) -> dict[str, Any]:
     """Winner and no speculation, interleaved: value and per-level tok/s of each run."""
-    deployer = daemon.make_deployer(cfg)
+    deployer = deployment.deployer_for(cfg)
     values: dict[str, list[float]] = {"winner": [], "none": []}
     levels: dict[str, list[dict[int, float]]] = {"winner": [], "none": []}
     try:

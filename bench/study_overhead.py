@@ -30,9 +30,9 @@ sys.path.insert(0, str(REPO))
 from sqlalchemy import event  # noqa: E402
 
 from autotune import log  # noqa: E402
-from autotune import study as st  # noqa: E402
-from autotune.artifacts import artifact_store  # noqa: E402
-from autotune.worker import Worker  # noqa: E402
+from autotune.run.worker import Worker  # noqa: E402
+from autotune.search import study as st  # noqa: E402
+from autotune.store.artifacts import artifact_store  # noqa: E402
 from bench.efficiency.cells import Cell, baseline_flags, landscape  # noqa: E402
 from bench.efficiency.simulated import SimulatedServer  # noqa: E402
 from tests.pgserver import PASSWORD, PostgresServer  # noqa: E402

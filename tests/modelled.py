@@ -8,7 +8,7 @@ import random
 
 import optuna
 
-from autotune import study as st
+from autotune.search import study as st
 from bench.efficiency.cells import Cell, baseline_flags, landscape
 from bench.efficiency.run import in_memory_study, run_to
 from bench.efficiency.simulated import SimulatedServer

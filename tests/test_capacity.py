@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from autotune import capacity
+from autotune.search import capacity
 from autotune.sim import model
 from autotune.sim.profiles import PROFILES, get_profile
 from autotune.space import load_space

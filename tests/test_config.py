@@ -12,9 +12,10 @@ import optuna
 import pytest
 import yaml
 
-from autotune import cli, gp
+from autotune import cli
 from autotune.config import load_config
-from autotune.study import make_sampler
+from autotune.search import gp
+from autotune.search.study import make_sampler
 
 REPO = Path(__file__).resolve().parent.parent
 UNIT = (REPO / "examples" / "sglang-sim.service").read_text()
@@ -231,7 +232,7 @@ def test_remote_example_config_loads() -> None:
 
 
 def test_daemon_service_example_is_a_valid_unit() -> None:
-    from autotune.unitfile import verify_unit
+    from autotune.unit.unitfile import verify_unit
 
     text = (REPO / "examples" / "autotune.service").read_text()
     assert verify_unit(text, "autotune.service", check_executables=False) == []
@@ -388,7 +389,7 @@ def test_init_answers_bad_arguments_in_one_line(
 
 
 def test_redact_never_shows_a_password_even_in_a_url_it_cannot_parse() -> None:
-    from autotune.storage import redact
+    from autotune.store.storage import redact
 
     assert (
         redact("postgresql+psycopg://tuner:hunter2@db/x") == "postgresql+psycopg://tuner:***@db/x"

@@ -31,10 +31,7 @@ import optuna_dashboard
 import pytest
 from optuna.trial import TrialState
 
-from autotune import objective
-from autotune import study as st
-from autotune.config import load_config
-from autotune.dashboard import (
+from autotune.commands.dashboard import (
     LEGACY_KEY,
     _QuietHandler,
     keyed_constraints,
@@ -44,8 +41,11 @@ from autotune.dashboard import (
     serve,
     write_legacy_constraints,
 )
+from autotune.config import load_config
 from autotune.errors import AutotuneError
-from autotune.storage import open_storage as open_storage_for_writing
+from autotune.search import objective
+from autotune.search import study as st
+from autotune.store.storage import open_storage as open_storage_for_writing
 from tests.e2e import REPO, free_port, status, stop_process, study_dir, wait_http
 
 pytestmark = pytest.mark.slow
@@ -597,7 +597,7 @@ def test_serve_refuses_a_missing_database_and_a_busy_port(tmp_path: Path) -> Non
 def test_dashboard_shows_draft_tokens_not_the_stored_fraction(
     tmp_path: Path, wsgi_server: Callable[[Any], str]
 ) -> None:
-    from autotune.dashboard import show_knobs
+    from autotune.commands.dashboard import show_knobs
     from autotune.space import load_space
 
     space = load_space(REPO / "search_spaces" / "sglang-eagle.yaml")

@@ -14,10 +14,13 @@ from typing import Any
 import optuna
 import pytest
 
-from autotune import finalists, objective, truth, unitfile
-from autotune import study as st
 from autotune.config import Config, load_config
-from autotune.trial import TrialResult
+from autotune.run import finalists
+from autotune.run.trial import TrialResult
+from autotune.search import objective
+from autotune.search import study as st
+from autotune.sim import truth
+from autotune.unit import unitfile
 from bench.efficiency.cells import Landscape
 from bench.efficiency.run import in_memory_study, run_to
 from bench.efficiency.simulated import SimulatedServer

@@ -11,11 +11,11 @@ import optuna
 import pytest
 import yaml
 
-from autotune import gp, objective
-from autotune import study as st
 from autotune.config import load_config
-from autotune.gp.features import features
-from autotune.gp.model import GP
+from autotune.search import gp, objective
+from autotune.search import study as st
+from autotune.search.gp.features import features
+from autotune.search.gp.model import GP
 from autotune.space import load_space, space_from_dict
 from bench.efficiency.cells import Cell, landscape
 from tests.modelled import run_study
@@ -136,7 +136,7 @@ def test_auto_is_the_gp_on_a_listable_space_and_tpe_otherwise() -> None:
 def test_a_point_known_to_be_noisy_pulls_the_model_less() -> None:
     import numpy as np
 
-    from autotune.gp.model import GP
+    from autotune.search.gp.model import GP
 
     X = np.array([[0.0], [0.5], [1.0]])
     y = np.array([0.0, 1.0, 0.0])

@@ -18,7 +18,7 @@ import pytest
 from autotune.deploy.base import Deployer
 from autotune.deploy.local_process import LocalProcessDeployer
 from autotune.errors import ConfigError
-from autotune.unitfile import patch_unit, quote_word
+from autotune.unit.unitfile import patch_unit, quote_word
 
 PY = quote_word(sys.executable)
 

@@ -9,8 +9,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune import finalists, gp, pruning
-from autotune import study as st
+from autotune.run import finalists
+from autotune.search import gp, pruning
+from autotune.search import study as st
 from bench.efficiency.cells import Cell, landscape
 from bench.efficiency.run import in_memory_study
 from tests.modelled import run_study

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune import reach
 from autotune.engines.sglang import SGLangEngine
-from autotune.unitfile import parse_exec_start
+from autotune.unit import reach
+from autotune.unit.unitfile import parse_exec_start
 from tests.e2e import autotune, status, study_dir
 
 TUNED = ["--speculative-num-steps", "--speculative-eagle-topk", "--speculative-algorithm"]
@@ -159,6 +159,5 @@ def test_an_environment_file_setting_a_tuned_variable_is_refused(tmp_path: Path)
     assert proc.returncode == 2
     assert (
         f"sim.service: EnvironmentFile: {env_file} sets SGLANG_OPT_MAMBA_SKIP_DECODE_LOCK, "
-        "which overrides"
-        in proc.stdout + proc.stderr
+        "which overrides" in proc.stdout + proc.stderr
     )

@@ -14,12 +14,12 @@ import optuna
 import pytest
 import yaml
 
-from autotune import objective
-from autotune import study as st
 from autotune.config import Config, load_config
 from autotune.errors import AutotuneError
 from autotune.report import build_report
 from autotune.report.html import SECTIONS
+from autotune.search import objective
+from autotune.search import study as st
 from tests.e2e import autotune, study_dir
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from autotune import objective
+from autotune.search import objective
 from bench import sample_efficiency
 from bench.efficiency import metrics
 from bench.efficiency.cells import Cell, cell_config, landscape

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from autotune import truth
 from autotune.config import load_config
+from autotune.sim import truth
 from tests.e2e import study_dir
 
 

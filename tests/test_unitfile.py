@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import ConfigError
-from autotune.unitfile import (
+from autotune.unit.unitfile import (
     entries,
     expand_argv,
     flags,

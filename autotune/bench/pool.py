@@ -9,8 +9,10 @@ two rates, so two runs that disagree are never reported as certain.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+
+from autotune.bench.result import LevelResult
 
 __all__ = ["pool_levels"]
 
@@ -24,54 +26,54 @@ _SUMMED = (
     "sent_output_tokens",
     "draft_tokens",
     "draft_accepted",
-    "server_output_tokens",
-    "server_draft_tokens",
-    "server_accepted_tokens",
-    "server_drafts",
 )
 
 
-def pool_levels(a: dict[str, Any], b: dict[str, Any], ci_width: float | None) -> dict[str, Any]:
-    """`a` and `b` (level dicts, `LevelResult.to_dict()` shape) as one level.
+def pool_levels(a: LevelResult, b: LevelResult, ci_width: float | None) -> LevelResult:
+    """`a` and `b` as one level.
 
     Latency percentiles and everything not pooled are `b`'s, the later run.
     """
-    wa, wb = float(a["window_s"]), float(b["window_s"])
-    ra, rb = float(a["output_throughput"]), float(b["output_throughput"])
+    wa, wb = a.window_s, b.window_s
+    ra, rb = a.output_throughput, b.output_throughput
     window = wa + wb
-    rate = (a["output_tokens"] + b["output_tokens"]) / window if window > 0 else 0.0
+    rate = (a.output_tokens + b.output_tokens) / window if window > 0 else 0.0
     hwa, hwb = _abs_halfwidth(a), _abs_halfwidth(b)
     within = math.sqrt((wa * hwa) ** 2 + (wb * hwb) ** 2) / window if window > 0 else math.inf
     halfwidth = max(within, abs(ra - rb) / 2)
     rel = halfwidth / rate if rate > 0 else math.inf
-    out = dict(b)
+    summed = {}
     for key in _SUMMED:
-        if a.get(key) is not None and b.get(key) is not None:
-            out[key] = a[key] + b[key]
-    out["window_s"] = window
-    out["output_throughput"] = rate
-    out["total_throughput"] = (out["output_tokens"] + out["input_tokens"]) / window if window else 0
-    out["ci_halfwidth"] = rel if math.isfinite(rel) else None
-    out["ci_halfwidth_tok_s"] = halfwidth if math.isfinite(halfwidth) else None
-    out["ci_target_met"] = ci_width is not None and rel <= ci_width
-    out["attempt_throughputs"] = [round(ra, 2), round(rb, 2)]
-    if a.get("accept_length") and b.get("accept_length"):
-        out["accept_length"] = (a["accept_length"] + b["accept_length"]) / 2
-    if out.get("draft_tokens"):
-        out["draft_acceptance"] = out["draft_accepted"] / out["draft_tokens"]
-    if out.get("server_draft_tokens"):
-        out["server_draft_acceptance"] = out["server_accepted_tokens"] / out["server_draft_tokens"]
-    if out.get("server_drafts"):
-        out["server_accept_length"] = 1 + out["server_accepted_tokens"] / out["server_drafts"]
-    out["notes"] = [
-        *(a.get("notes") or []),
-        *(b.get("notes") or []),
-        f"measured twice ({ra:.1f} and {rb:.1f} tok/s): the first run missed its "
-        "confidence target; pooled over both windows",
-    ]
-    return out
+        x, y = getattr(a, key), getattr(b, key)
+        if x is not None and y is not None:
+            summed[key] = x + y
+    output = summed.get("output_tokens", b.output_tokens)
+    prompt = summed.get("input_tokens", b.input_tokens)
+    server = a.server.plus(b.server) if a.server and b.server else b.server
+    accept = b.accept_length
+    if a.accept_length and b.accept_length:
+        accept = (a.accept_length + b.accept_length) / 2
+    return dataclasses.replace(
+        b,
+        **summed,
+        window_s=window,
+        output_throughput=rate,
+        total_throughput=(output + prompt) / window if window else 0.0,
+        ci_halfwidth=rel,
+        ci_halfwidth_tok_s=halfwidth,
+        ci_target_met=ci_width is not None and rel <= ci_width,
+        server=server,
+        attempt_throughputs=(round(ra, 2), round(rb, 2)),
+        accept_length=accept,
+        notes=(
+            *a.notes,
+            *b.notes,
+            f"measured twice ({ra:.1f} and {rb:.1f} tok/s): the first run missed its "
+            "confidence target; pooled over both windows",
+        ),
+    )
 
 
-def _abs_halfwidth(level: dict[str, Any]) -> float:
-    hw = level.get("ci_halfwidth_tok_s")
+def _abs_halfwidth(level: LevelResult) -> float:
+    hw = level.ci_halfwidth_tok_s
     return float(hw) if isinstance(hw, (int, float)) and math.isfinite(hw) else math.inf

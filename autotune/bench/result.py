@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.engines.base import Counters
+
 
 @dataclass(frozen=True)
 class LevelSettings:
@@ -160,7 +162,12 @@ class LevelResult:
     draft_accepted: int | None = None
     cut_short: bool = False
     """The window ended early because the caller's `give_up` said the config cannot win
-    (`autotune/pruning.py`): the figures hold, with the CI of the shorter window."""
+    (`autotune/search/pruning.py`): the figures hold, with the CI of the shorter window."""
+    server: Counters | None = None
+    """The server's own counters over the level (read before and after it, warmup
+    included); None when it keeps none."""
+    attempt_throughputs: tuple[float, ...] = ()
+    """A level measured twice and pooled (bench/pool.py): each run's throughput."""
 
     @property
     def draft_acceptance(self) -> float | None:
@@ -185,7 +192,16 @@ class LevelResult:
                 value = list(value)
             elif isinstance(value, dict):
                 value = dict(value)
+            elif isinstance(value, Counters):
+                continue  # flattened below
             out[f.name] = value
         out["error_share"] = self.error_share
         out["draft_acceptance"] = self.draft_acceptance
+        if self.server is not None:
+            out["server_output_tokens"] = self.server.output_tokens
+            out["server_draft_tokens"] = self.server.draft_tokens
+            out["server_accepted_tokens"] = self.server.accepted_tokens
+            out["server_drafts"] = self.server.drafts
+            out["server_accept_length"] = self.server.accept_length
+            out["server_draft_acceptance"] = self.server.acceptance
         return out

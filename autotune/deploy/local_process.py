@@ -38,7 +38,7 @@ from autotune.deploy.hostfiles import HostFiles
 from autotune.deploy.runner import LocalRunner
 from autotune.errors import ConfigError, DeployError
 from autotune.log import get
-from autotune.unitfile import (
+from autotune.unit.unitfile import (
     ExecStart,
     expand_argv,
     expand_specifiers,

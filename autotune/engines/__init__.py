@@ -3,40 +3,83 @@
     engine = get_engine("llama.cpp")        # target.engine in autotune.yaml
     info = await engine.server_info(url, ["spec_type"], api_key=None)
     info.max_running_requests               # SGLang's running-request cap; llama.cpp's slots
+    engine_for(argv)                        # the engine whose server a unit's ExecStart runs
 
 An engine-specific fact lives in its adapter; if shared code needs an
-`if engine == ...`, the protocol lacks a method.
+`if engine == ...`, the protocol lacks a method. A new engine is one file here and one
+`register(...)` line below (or a `register` call from outside: tests/test_third_engine.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from autotune.engines._http import get_json
 from autotune.engines.base import STUDY_FAILURES, Counters, Engine, Failure, ServerInfo
-from autotune.errors import ConfigError
+from autotune.errors import AutotuneError, ConfigError
 
 __all__ = [
-    "ENGINES",
     "STUDY_FAILURES",
     "Counters",
     "Engine",
     "Failure",
     "ServerInfo",
+    "engine_for",
+    "engine_names",
     "get_engine",
+    "get_json",
+    "register",
 ]
 
-#: Engine names accepted in `target.engine`.
-ENGINES = ("sglang", "llama.cpp")
+_FACTORIES: dict[str, Callable[[], Engine]] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def register(name: str, factory: Callable[[], Engine], aliases: tuple[str, ...] = ()) -> None:
+    """Make `name` (and its `aliases`, case-insensitive) a `target.engine` value."""
+    _FACTORIES[name] = factory
+    for key in (name, *aliases):
+        _ALIASES[key.lower()] = name
+
+
+def engine_names() -> tuple[str, ...]:
+    """The names accepted in `target.engine`, in registration order."""
+    return tuple(_FACTORIES)
 
 
 def get_engine(name: str) -> Engine:
     """The adapter for `name` (case-insensitive); ConfigError for an unknown engine."""
-    key = name.strip().lower()
-    if key == "sglang":
-        from autotune.engines.sglang import SGLangEngine
+    key = _ALIASES.get(name.strip().lower())
+    if key is None:
+        known = ", ".join(_FACTORIES)
+        raise ConfigError(None, "target.engine", f"unknown engine {name!r} (known: {known})")
+    return _FACTORIES[key]()
 
-        return SGLangEngine()
-    if key in ("llama.cpp", "llamacpp", "llama-cpp"):
-        from autotune.engines.llamacpp import LlamaCppEngine
 
-        return LlamaCppEngine()
-    known = ", ".join(ENGINES)
-    raise ConfigError(None, "target.engine", f"unknown engine {name!r} (known: {known})")
+def engine_for(argv: list[str]) -> Engine:
+    """The engine whose server `argv` (a unit's ExecStart) starts; AutotuneError naming what
+    each known engine's command looks like when none claims it."""
+    engines = [factory() for factory in _FACTORIES.values()]
+    for engine in engines:
+        if engine.launched_by(argv):
+            return engine
+    hints = " and ".join(e.launch_hint for e in engines)
+    raise AutotuneError(
+        f"cannot tell the engine from ExecStart ({' '.join(argv[:3])} ...): autotune knows {hints}"
+    )
+
+
+def _sglang() -> Engine:
+    from autotune.engines.sglang import SGLangEngine
+
+    return SGLangEngine()
+
+
+def _llamacpp() -> Engine:
+    from autotune.engines.llamacpp import LlamaCppEngine
+
+    return LlamaCppEngine()
+
+
+register("sglang", _sglang)
+register("llama.cpp", _llamacpp, aliases=("llamacpp", "llama-cpp"))

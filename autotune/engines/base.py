@@ -72,6 +72,19 @@ class Counters:
             minus(self.drafts, before.drafts),
         )
 
+    def plus(self, other: Counters) -> Counters:
+        """The counts of two spans together (a level measured twice)."""
+
+        def add(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else a + b
+
+        return Counters(
+            add(self.output_tokens, other.output_tokens),
+            add(self.draft_tokens, other.draft_tokens),
+            add(self.accepted_tokens, other.accepted_tokens),
+            add(self.drafts, other.drafts),
+        )
+
     @property
     def accept_length(self) -> float | None:
         """Tokens per verify step (1 + accepted / drafts); None when nothing was drafted."""
@@ -90,6 +103,19 @@ class Counters:
 class Engine(Protocol):
     algorithm_flag: str
     name: str
+    default_port: int
+    """Where the server listens when its unit does not say (`autotune init`)."""
+    launch_hint: str
+    """What its launch command looks like, for the line that says none was recognised."""
+    init_constraints: tuple[tuple[str, int], ...]
+    """`objective.constraints` a first config (`autotune init`) starts with."""
+
+    def launched_by(self, argv: list[str]) -> bool:
+        """True when `argv` (a unit's ExecStart, split as systemd splits it) starts this
+        engine's server."""
+
+    def default_space(self, flags: dict[str, str | None]) -> tuple[str, str]:
+        """(built-in search space file, why) for a unit that runs with `flags` now."""
 
     def ready_paths(self) -> tuple[str, ...]:
         """Paths that answer 200 only once the server really serves, best first; a 404 (a

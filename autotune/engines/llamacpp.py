@@ -29,13 +29,15 @@ checked against the running server in tests/engines/test_llamacpp_real.py:
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from autotune.engines._http import get_json
 from autotune.engines._text import clip, describe_exit, opt_int, prometheus
 from autotune.engines.base import Counters, Failure, ServerInfo
-from autotune.errors import ConfigError, ServerFailed
+from autotune.errors import ServerFailed
 
 __all__ = ["LlamaCppEngine", "parse_metrics", "spec_types"]
 
@@ -117,9 +119,18 @@ class LlamaCppEngine:
     #: The flag that turns speculation on: a unit without it (and a space that does not
     #: set it) tunes knobs the server ignores.
     algorithm_flag = "--spec-type"
+    default_port = 8080
+    launch_hint = "llama.cpp (llama-server)"
+    init_constraints: tuple[tuple[str, int], ...] = ()
 
     def __init__(self, *, timeout: float = 10.0) -> None:
         self.timeout = timeout
+
+    def launched_by(self, argv: list[str]) -> bool:
+        return any(Path(a).name.startswith("llama-server") for a in argv[:2])
+
+    def default_space(self, flags: dict[str, str | None]) -> tuple[str, str]:
+        return "llamacpp-spec.yaml", "llama.cpp's n-gram speculation (no draft model)"
 
     def runs(self, asked: dict[str, Any]) -> dict[str, Any]:
         return dict(asked)
@@ -140,8 +151,9 @@ class LlamaCppEngine:
         only it says whether the slots share one KV pool.
         """
         async with _client(base_url, api_key, self.timeout) as client:
-            props = await _get_json(client, "/props")
-            slots = await _get_json(client, "/slots", optional=True)
+            props = await get_json(client, "/props")
+            # /slots is off with --no-slots.
+            slots = await get_json(client, "/slots", missing=(404, 501))
         if not isinstance(props, dict):
             raise ServerFailed("not_ready", "GET /props did not answer a JSON object")
         settings = props.get("default_generation_settings")
@@ -297,27 +309,6 @@ class LlamaCppEngine:
 def _client(base_url: str, api_key: str | None, timeout: float) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     return httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
-
-
-async def _get_json(client: httpx.AsyncClient, path: str, *, optional: bool = False) -> Any:
-    try:
-        response = await client.get(path)
-    except httpx.HTTPError as exc:
-        raise ServerFailed("not_ready", f"GET {path}: {type(exc).__name__}: {exc}") from exc
-    if response.status_code in (401, 403):
-        raise ConfigError(
-            None,
-            "api_key",
-            f"the server refused the API key (HTTP {response.status_code} on {path})",
-        )
-    if optional and response.status_code in (404, 501):
-        return None  # /slots is off with --no-slots
-    if response.status_code != 200:
-        raise ServerFailed("not_ready", f"GET {path} answered HTTP {response.status_code}")
-    try:
-        return response.json()
-    except ValueError as exc:
-        raise ServerFailed("not_ready", f"GET {path} did not answer JSON") from exc
 
 
 def _running_types(slots: Any) -> str | None:

@@ -16,9 +16,10 @@ from typing import Any
 import httpx
 
 from autotune.engines import sglang_facts as facts
+from autotune.engines._http import get_json
 from autotune.engines._text import clip, describe_exit, opt_int, prometheus
 from autotune.engines.base import Counters, Failure, ServerInfo
-from autotune.errors import ConfigError, ServerFailed
+from autotune.errors import ServerFailed
 from autotune.log import get
 
 __all__ = [
@@ -125,9 +126,30 @@ class SGLangEngine:
     #: The flag that turns speculation on: a unit without it (and a space that does not
     #: set it) tunes knobs the server ignores.
     algorithm_flag = "--speculative-algorithm"
+    default_port = 30000
+    launch_hint = "SGLang (python -m sglang.launch_server, sglang serve)"
+    #: A speculative config that leaves too few running requests is no win for a server
+    #: under load; 16 is where the seed's operator drew the line.
+    init_constraints = (("min_running_requests", 16),)
 
     def __init__(self, *, timeout: float = 10.0) -> None:
         self.timeout = timeout
+
+    def launched_by(self, argv: list[str]) -> bool:
+        words = " ".join(argv)
+        if "sglang.launch_server" in words or re.search(r"(^|[/\s])sglang\s+serve\b", words):
+            return True
+        # The simulated SGLang server (rehearsal mode).
+        return "autotune.sim" in words or bool(re.search(r"(^|[/\s])autotune\s+sim\b", words))
+
+    def default_space(self, flags: dict[str, str | None]) -> tuple[str, str]:
+        algorithm = (flags.get("--speculative-algorithm") or "").upper()
+        topk = flags.get("--speculative-eagle-topk")
+        if algorithm in ("NEXTN", "MTP") or topk == "1":
+            chains = f"{algorithm or 'no algorithm'} with topk {topk or '1'}: chains"
+            return "sglang-mtp.yaml", f"{chains} (sglang-eagle.yaml also tries trees)"
+        why = f"{algorithm or 'no algorithm set'}: steps, topk and draft tokens"
+        return "sglang-eagle.yaml", why
 
     def runs(self, asked: dict[str, Any]) -> dict[str, Any]:
         out = dict(asked)
@@ -170,7 +192,7 @@ class SGLangEngine:
             base_url=base_url.rstrip("/"), headers=headers, timeout=self.timeout
         ) as client:
             # /get_server_info logs a deprecation WARNING on every call in every supported build.
-            data = await _get_json(client, "/server_info", fallback="/get_server_info")
+            data = await get_json(client, "/server_info", "/get_server_info")
             if not isinstance(data, dict):
                 raise ServerFailed("not_ready", "GET /server_info did not answer a JSON object")
             context_len = opt_int(data.get("context_len"))
@@ -370,28 +392,6 @@ def _warn_outside_range(version: str | None) -> None:
         )
     elif inside is None:
         log.warning(f"SGLang reports version {version!r}, which autotune cannot compare")
-
-
-async def _get_json(client: httpx.AsyncClient, path: str, *, fallback: str) -> Any:
-    try:
-        response = await client.get(path)
-        if response.status_code == 404:
-            path = fallback
-            response = await client.get(path)
-    except httpx.HTTPError as exc:
-        raise ServerFailed("not_ready", f"GET {path}: {type(exc).__name__}: {exc}") from exc
-    if response.status_code in (401, 403):
-        raise ConfigError(
-            None,
-            "api_key",
-            f"the server refused the API key (HTTP {response.status_code} on {path})",
-        )
-    if response.status_code != 200:
-        raise ServerFailed("not_ready", f"GET {path} answered HTTP {response.status_code}")
-    try:
-        return response.json()
-    except ValueError as exc:
-        raise ServerFailed("not_ready", f"GET {path} did not answer JSON") from exc
 
 
 async def _model_len(client: httpx.AsyncClient) -> int | None:

@@ -9,9 +9,8 @@ from typing import Any
 
 import matplotlib
 
-from autotune import export_adaptive
-from autotune import study as st
 from autotune.bench.workload import load_workload
+from autotune.commands import export_adaptive
 from autotune.config import Config
 from autotune.errors import AutotuneError, ConfigError
 from autotune.log import get
@@ -19,7 +18,8 @@ from autotune.report import data as report_data
 from autotune.report import plots
 from autotune.report.html import Page, Plots, render
 from autotune.report.units import TrialFiles, unit_diff
-from autotune.storage import sqlite_file
+from autotune.search import study as st
+from autotune.store.storage import sqlite_file
 
 # A report is drawn on servers without a display; never let matplotlib look for one.
 matplotlib.use("Agg")

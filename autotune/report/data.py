@@ -13,11 +13,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import study as st
-from autotune.capacity import FAILURE as CAPACITY_PREDICTED
 from autotune.config import Config
-from autotune.pruning import PRUNED
-from autotune.storage import redact
+from autotune.search import study as st
+from autotune.search.capacity import FAILURE as CAPACITY_PREDICTED
+from autotune.search.pruning import PRUNED
+from autotune.store.storage import redact
 
 #: Study user attribute where the closing re-measurement of the top configs is kept.
 FINALISTS = "finalists"
@@ -47,10 +47,10 @@ class TrialRow:
     uncertain_levels: tuple[int, ...] = ()
     """Levels that missed the confidence target even when measured twice."""
     pruned: Mapping[str, Any] | None = None
-    """Stopped after some levels (`autotune/pruning.py`): the levels measured, the value
+    """Stopped after some levels (`autotune/search/pruning.py`): the levels measured, the value
     they let expect, and the best trial it could not plausibly beat."""
     predicted: bool = False
-    """Ruled out by the capacity prediction without a server (`autotune/capacity.py`)."""
+    """Ruled out by the capacity prediction without a server (`autotune/search/capacity.py`)."""
 
     @property
     def measured(self) -> bool:
@@ -165,8 +165,8 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
 
 
 def _time(cfg: Config, study: optuna.Study) -> str:
-    from autotune import estimate
-    from autotune.finalists import expected_runs
+    from autotune.run.finalists import expected_runs
+    from autotune.search import estimate
 
     runs = expected_runs(cfg, study)
     e = estimate.of(study, cfg.study.n_trials, finalist_runs=runs)

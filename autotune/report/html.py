@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune.pruning import PRUNE_BELOW
 from autotune.report.data import LevelBest, StudyData, TrialRow, schedule, short
 from autotune.report.units import UnitDiff
+from autotune.search.pruning import PRUNE_BELOW
 
 #: Section ids, in page order (tests and links rely on them).
 SECTIONS = (

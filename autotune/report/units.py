@@ -17,11 +17,12 @@ import optuna
 from optuna.artifacts import get_all_artifact_meta
 from optuna.artifacts.exceptions import ArtifactNotFound
 
-from autotune.artifacts import artifact_store
 from autotune.config import Config
 from autotune.errors import AutotuneError
 from autotune.report.data import StudyData, TrialRow
-from autotune.storage import DATABASE_ERRORS
+from autotune.store import optuna_private
+from autotune.store.artifacts import artifact_store
+from autotune.store.storage import DATABASE_ERRORS
 
 UNIT_SUFFIX = "-unit.service"
 
@@ -38,10 +39,10 @@ class UnitDiff:
 
 
 class TrialFiles:
-    """Reads the files `autotune.artifacts` stored for each trial."""
+    """Reads the files `autotune.store.artifacts` stored for each trial."""
 
     def __init__(self, study: optuna.Study, storage_url: str) -> None:
-        self.storage = study._storage
+        self.storage = optuna_private.storage(study)
         self.trials = {t.number: t for t in study.get_trials(deepcopy=False)}
         self.store = artifact_store(storage_url, getattr(self.storage, "engine", None))
 

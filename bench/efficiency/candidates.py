@@ -15,8 +15,8 @@ from typing import Any
 
 import optuna
 
-from autotune import study as st
 from autotune.config import Config
+from autotune.search import study as st
 
 from .grid import grid_on_space
 from .priors import informative_configs
@@ -40,7 +40,7 @@ class Candidate:
     """Judge the best measurement, not the model's pick that the study declares."""
     needs_torch: bool = False
     judge: str = "gp"
-    """How the finalist stage judges its measurements (`autotune.finalists.JUDGES`)."""
+    """How the finalist stage judges its measurements (`autotune.run.finalists.JUDGES`)."""
     benchmark: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Overrides of the `benchmark:` section for the end of the study (finalist_rounds)."""
 

@@ -3,7 +3,7 @@
 A cell is turned into the same `Config` a user's autotune.yaml would give, so
 the study runs with the real space encoding, objective and constraints. The
 landscape is the simulator's noise-free value of every config of the space,
-scored the way the study scores it (`autotune.truth`).
+scored the way the study scores it (`autotune.sim.truth`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune import truth, unitfile
 from autotune.config import Config, config_from_dict
+from autotune.sim import truth
 from autotune.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
-from autotune.truth import Truth
+from autotune.sim.truth import Truth
+from autotune.unit import unitfile
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT_FILE = REPO / "examples" / "sglang-sim.service"

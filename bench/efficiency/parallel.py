@@ -15,8 +15,8 @@ import math
 import random
 from dataclasses import dataclass
 
-from autotune import study as st
-from autotune.worker import Worker
+from autotune.run.worker import Worker
+from autotune.search import study as st
 
 from .cells import Cell, baseline_flags, landscape
 from .run import in_memory_study

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 import optuna
 
-from autotune import capacity, finalists, objective, worker
-from autotune import study as st
 from autotune.config import Config
+from autotune.run import finalists, worker
+from autotune.search import capacity, objective
+from autotune.search import study as st
 
 from .candidates import CANDIDATES, Candidate, configure
 from .cells import Cell, Landscape, baseline_flags, landscape

@@ -10,7 +10,7 @@ HTTP or sleeps:
   clipped to [0.8, 1.25]; its per-iteration jitter averages out over a window),
   times the benchmark's own sampling error, whose 95 % half-width the
   benchmark's stopping rule holds to `benchmark.ci_width`;
-- with a level plan (`autotune/pruning.py`), the levels run in its order and
+- with a level plan (`autotune/search/pruning.py`), the levels run in its order and
   the trial may be pruned as `TrialPipeline` prunes it: after a level, after
   one run of a level that missed its CI target (before the second), or at
   min_duration into a level's window (the client asks every tick; here once),
@@ -26,9 +26,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune import objective
-from autotune.pruning import PRUNED, LevelPlan
-from autotune.trial import FindMeasured, TrialResult
+from autotune.run.trial import FindMeasured, TrialResult
+from autotune.search import objective
+from autotune.search.pruning import PRUNED, LevelPlan
 
 from .cells import Landscape
 from .cost import Cost

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import yaml
 
-from autotune import unitfile
+from autotune.unit import unitfile
 from tests.daemon import Daemon
 from tests.deploy.conftest import SshRig
 from tests.e2e import autotune, free_port, sim_unit, status

@@ -20,7 +20,7 @@ from autotune.config import config_from_dict
 from autotune.deploy.local_process import PIDFILE, LocalProcessDeployer
 from autotune.engines.llamacpp import LlamaCppEngine
 from autotune.errors import StudyStopped
-from autotune.trial import TrialPipeline, TrialResult
+from autotune.run.trial import TrialPipeline, TrialResult
 from tests.e2e import autotune, free_port
 from tests.llamacpp.conftest import unit_text
 

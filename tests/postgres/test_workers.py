@@ -21,7 +21,7 @@ import httpx
 import optuna
 import pytest
 
-from autotune.artifacts import DatabaseArtifactStore
+from autotune.store.artifacts import DatabaseArtifactStore
 from tests.daemon import Daemon
 from tests.e2e import autotune, free_port, status, stop_process, wait_http
 from tests.pgserver import PASSWORD, PostgresServer

@@ -35,8 +35,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune import gp, objective
 from autotune.config import Config
+from autotune.search import gp, objective
 from autotune.space import SearchSpace
 
 FAILURE = "capacity_predicted"

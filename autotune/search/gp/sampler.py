@@ -35,7 +35,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.objective import SERVER_UP
+from autotune.search.objective import SERVER_UP
 from autotune.space import SearchSpace
 
 from .features import features
@@ -55,7 +55,7 @@ PRIOR_LOG_SD = 0.3
 STARTUP_DRAWS = 8
 #: Failure kinds after which a config with at least as much of every memory knob fails too.
 MEMORY_FAILURES = ("out_of_memory", "capacity")
-#: The user attribute a pruned trial keeps its verdict in (`autotune/pruning.py`).
+#: The user attribute a pruned trial keeps its verdict in (`autotune/search/pruning.py`).
 PRUNED = "pruned"
 
 
@@ -273,7 +273,7 @@ def measured(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
 
 def value_of(t: FrozenTrial) -> float | None:
     """The single objective value the model learns from: a complete trial's value; for a
-    pruned one, the estimate from the levels it measured (autotune/pruning.py)."""
+    pruned one, the estimate from the levels it measured (autotune/search/pruning.py)."""
     if t.state == TrialState.PRUNED:
         pruned = t.user_attrs.get(PRUNED)
         estimate = pruned.get("estimate") if isinstance(pruned, dict) else None

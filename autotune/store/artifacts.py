@@ -23,16 +23,16 @@ from typing import Any, BinaryIO
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
-from optuna.artifacts._protocol import ArtifactStore
 from optuna.artifacts.exceptions import ArtifactNotFound
 from sqlalchemy import Column, LargeBinary, MetaData, String, Table, delete, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from autotune.log import get
-from autotune.storage import DATABASE_ERRORS, sqlite_file
+from autotune.store.optuna_private import ArtifactStore
+from autotune.store.storage import DATABASE_ERRORS, sqlite_file
 
-log = get("autotune.artifacts")
+log = get("autotune.store.artifacts")
 
 TABLE = "autotune_artifacts"
 _metadata = MetaData()

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune import unitfile
 from autotune.deploy.runner import LocalRunner, Runner
+from autotune.engines import Engine, engine_for
 from autotune.errors import AutotuneError, ConfigError
+from autotune.unit import unitfile
 
-DEFAULT_PORTS = {"sglang": 30000, "llama.cpp": 8080}
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_CONSTRAINT_WHY = {"min_running_requests": "the server must still hold this many at once"}
 
 
 @dataclass(frozen=True)
@@ -110,32 +111,6 @@ def split_cat(out: str, *, gpus: bool = False) -> LiveUnit:
     return LiveUnit(texts[0][0], texts[0][1], winner, gpus)
 
 
-def engine_of(argv: list[str]) -> str:
-    words = " ".join(argv)
-    if "sglang.launch_server" in words or re.search(r"(^|[/\s])sglang\s+serve\b", words):
-        return "sglang"
-    if "autotune.sim" in words or re.search(r"(^|[/\s])autotune\s+sim\b", words):
-        return "sglang"  # the simulated SGLang server (rehearsal mode)
-    if any(Path(a).name.startswith("llama-server") for a in argv[:2]):
-        return "llama.cpp"
-    raise AutotuneError(
-        f"cannot tell the engine from ExecStart ({' '.join(argv[:3])} ...): autotune knows "
-        "SGLang (python -m sglang.launch_server, sglang serve) and llama.cpp (llama-server)"
-    )
-
-
-def pick_space(engine: str, flags: dict[str, str | None]) -> tuple[str, str]:
-    """(built-in space, why) for the unit's current speculative settings."""
-    if engine == "llama.cpp":
-        return "llamacpp-spec.yaml", "llama.cpp's n-gram speculation (no draft model)"
-    algorithm = (flags.get("--speculative-algorithm") or "").upper()
-    topk = flags.get("--speculative-eagle-topk")
-    if algorithm in ("NEXTN", "MTP") or topk == "1":
-        chains = f"{algorithm or 'no algorithm'} with topk {topk or '1'}: chains"
-        return "sglang-mtp.yaml", f"{chains} (sglang-eagle.yaml also tries trees)"
-    return "sglang-eagle.yaml", f"{algorithm or 'no algorithm set'}: steps, topk and draft tokens"
-
-
 def run(where: Where, out_dir: Path, *, storage: str, force: bool) -> tuple[Path, list[str]]:
     """Write autotune.yaml and the unit copy; return the config path and notes for the user."""
     live = read_live_unit(where)
@@ -149,9 +124,9 @@ def run(where: Where, out_dir: Path, *, storage: str, force: bool) -> tuple[Path
         )
     argv = unitfile.parse_exec_start(live.text, source=live.fragment).argv
     flags = unitfile.flags(argv)
-    engine = engine_of(argv)
-    space, why = pick_space(engine, flags)
-    port = flags.get("--port") or str(DEFAULT_PORTS[engine])
+    engine = engine_for(argv)
+    space, why = engine.default_space(flags)
+    port = flags.get("--port") or str(engine.default_port)
     listens = flags.get("--host")
     host = where.ssh.get("host", "127.0.0.1") if where.deploy == "ssh" else "127.0.0.1"
     if where.deploy == "ssh" and host not in LOOPBACK and (listens is None or listens in LOOPBACK):
@@ -179,7 +154,7 @@ def run(where: Where, out_dir: Path, *, storage: str, force: bool) -> tuple[Path
 def _config_text(
     where: Where,
     live: LiveUnit,
-    engine: str,
+    engine: Engine,
     space: str,
     why: str,
     base_url: str,
@@ -198,7 +173,7 @@ def _config_text(
         "  n_trials: 30                         # the study's total, across restarts",
         "",
         "target:",
-        f"  engine: {engine}",
+        f"  engine: {engine.name}",
         f"  deploy: {where.deploy}",
         f"  unit: {where.unit}",
         f"  unit_file: {live.fragment}"
@@ -229,10 +204,9 @@ def _config_text(
         "objective:",
         "  mode: geomean",
     ]
-    if engine == "sglang":
-        lines += [
-            "  constraints:",
-            "    min_running_requests: 16         # the server must still hold this many at once",
-        ]
+    if engine.init_constraints:
+        lines.append("  constraints:")
+        for key, value in engine.init_constraints:
+            lines.append(f"    {key}: {value}    # {_CONSTRAINT_WHY.get(key, '')}".rstrip(" #"))
     lines.append("")
     return "\n".join(lines)

@@ -8,27 +8,29 @@ host left on the config the study chose).
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import optuna
 import structlog
 
-from autotune import finalists, objective, reach, storage, unitenv, unitfile
-from autotune import study as st
-from autotune.artifacts import artifact_dir, artifact_store
 from autotune.config import Config
 from autotune.deploy.base import Deployer
 from autotune.engines import get_engine
-from autotune.errors import AutotuneError, ConfigError, DeployError, ServerFailed, StudyStopped
-from autotune.locking import ProcessLock
+from autotune.errors import AutotuneError, DeployError, ServerFailed, StudyStopped
 from autotune.log import get
-from autotune.stopping import StopRequest, TrialInterrupted
-from autotune.trial import TrialPipeline
-from autotune.worker import POLL_S, Tally, Worker, confirm_crash
+from autotune.run import finalists
+from autotune.run.checks import api_key, check_flags, check_unit
+from autotune.run.deployment import deploy_trial, deployer_for, state_dir
+from autotune.run.locking import ProcessLock
+from autotune.run.stopping import StopRequest, TrialInterrupted
+from autotune.run.trial import TrialPipeline
+from autotune.run.worker import POLL_S, Tally, Worker, confirm_crash
+from autotune.search import study as st
+from autotune.store import storage
+from autotune.store.artifacts import artifact_store
+from autotune.unit import unitenv
 
 log = get("autotune")
 
@@ -45,100 +47,6 @@ class StudySummary:
     stopped: str | None = None
     predicted: int = 0
     """Configs ruled out by the capacity prediction, without a restart."""
-
-
-def check_unit(
-    cfg: Config, unit_text: str, *, check_executables: bool = True
-) -> dict[str, str | None]:
-    """Parse the base unit and a patched sample; return its current flags. Raises ConfigError."""
-    source = str(cfg.target.unit_file)
-    argv = unitfile.parse_exec_start(unit_text, source=source).argv
-    tuned = list(cfg.space.launch_flags())
-    hidden = reach.hidden_flags(argv, [*tuned, get_engine(cfg.target.engine).algorithm_flag])
-    if hidden is not None:
-        raise ConfigError(source, "ExecStart", hidden)
-    _check_environment_files(cfg, unit_text, source)
-    current = unitfile.flags(argv)
-    sample = cfg.space.enumerate()[0].params
-    unit_dir = str(cfg.target.unit_file.parent)
-    patched = cfg.space.patch_unit(unit_text, sample, source=source, unit_dir=unit_dir)
-    problems = unitfile.verify_unit(patched, cfg.target.unit, check_executables=check_executables)
-    if problems:
-        raise ConfigError(source, None, "systemd-analyze verify: " + problems[0])
-    return current
-
-
-def _check_environment_files(cfg: Config, unit_text: str, source: str) -> None:
-    """An `EnvironmentFile=` wins over `Environment=`: a tuned variable it sets would never
-    change, and the server does not report its environment to catch that after a deploy."""
-    tuned = {p.env for p in cfg.space.params.values() if p.env is not None}
-    if not tuned:
-        return
-    for value in unitfile.service_values(unit_text, "EnvironmentFile"):
-        path = value.removeprefix("-")
-        if cfg.target.deploy != "local-process":
-            log.warning(
-                "the unit reads an EnvironmentFile on the host: make sure it does not set "
-                "a tuned variable, which would override the trial's Environment=",
-                file=path,
-                tuned=sorted(tuned),
-            )
-            continue
-        try:
-            found = unitfile.parse_environment_file(Path(path).read_text())
-        except OSError:
-            continue  # the deployer reports a missing required file
-        overridden = sorted(tuned & found.keys())
-        if overridden:
-            raise ConfigError(
-                source,
-                "EnvironmentFile",
-                f"{path} sets {', '.join(overridden)}, which overrides the tuned Environment= "
-                "value: remove it from that file",
-            )
-
-
-def check_flags(cfg: Config, deployer: Deployer, unit_text: str) -> None:
-    """Ask the installed server which flags it has, before anything is deployed.
-
-    For every flag of the search space and of the unit: a flag the server's own
-    help does not list (or lists as removed) is one ConfigError naming the space
-    parameter or the unit. Only where the engine can answer cheaply and the
-    deployer can run the program (local-process); elsewhere the first trial
-    that hits such a flag stops the study with the same line.
-    """
-    engine = get_engine(cfg.target.engine)
-    args = engine.help_args()
-    probe = getattr(deployer, "program_output", None)
-    if args is None or probe is None:
-        return
-    text = probe(args)
-    if not text:
-        # Not installed here, say: the first trial will say what is wrong, in the server's words.
-        log.warning("could not ask the server which flags it has", program_args=args)
-        return
-    source = str(cfg.target.unit_file)
-    in_unit = [f for f in unitfile.parse_exec_start(unit_text, source=source).flags() if f]
-    space_flags = cfg.space.launch_flags()
-    problems = engine.flag_problems(text, [*space_flags, *in_unit])
-    for flag, why in problems.items():
-        if flag in space_flags:
-            key = f"params.{space_flags[flag]}.flag"
-            raise ConfigError(cfg.space_source, key, f"{flag}: {why}")
-        raise ConfigError(source, "ExecStart", f"{flag}: {why}")
-
-
-def api_key(cfg: Config) -> str | None:
-    if cfg.target.api_key_env is None:
-        return None
-    key = os.environ.get(cfg.target.api_key_env)
-    if not key:
-        raise ConfigError(
-            cfg.source,
-            "target.api_key_env",
-            f"environment variable {cfg.target.api_key_env} is not set",
-        )
-    return key
 
 
 def run_study(
@@ -182,21 +90,10 @@ def local_lock(cfg: Config) -> contextlib.AbstractContextManager[Any]:
     )
 
 
-def state_dir(cfg: Config) -> Path:
-    """A local-process server's logs and pidfile: beside a SQLite study, else beside the
-    config; one folder per worker, so that a server left by a killed worker is found by the
-    next start."""
-    if storage.sqlite_file(cfg.study.storage) is not None:
-        base = artifact_dir(cfg.study.storage)
-    else:
-        base = Path(cfg.source).resolve().parent / "autotune-artifacts"
-    return base / ("local-process" if cfg.worker is None else f"local-process-{cfg.worker}")
-
-
 def _run_with_deployer(
     cfg: Config, study: optuna.Study, stop: StopRequest, total: int, deadline: float | None
 ) -> StudySummary:
-    deployer = make_deployer(cfg)
+    deployer = deployer_for(cfg)
     tally = Tally()
     try:
         deployer.preflight()
@@ -371,41 +268,6 @@ def describe(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]
     }
 
 
-def make_deployer(cfg: Config) -> Deployer:
-    t = cfg.target
-    companions = cfg.space.companion_paths(str(t.unit_file.parent))
-    if t.deploy == "local-process":
-        from autotune.deploy.local_process import LocalProcessDeployer
-
-        # Logs and the pidfile persist beside the study, so a server left by a killed
-        # daemon is found and stopped by the next start.
-        return LocalProcessDeployer(t.unit_file, log_dir=state_dir(cfg), companion_files=companions)
-    from autotune.deploy import settings
-
-    sd = settings.systemd_settings(t.unit, str(t.unit_file), t.systemd, cfg.source, companions)
-    gw = settings.gpu_wait_settings(t.gpu_wait, cfg.source)
-    if t.deploy == "ssh":
-        from autotune.deploy.ssh import ssh_deployer
-
-        return ssh_deployer(settings.ssh_settings(t.ssh, cfg.source), sd, gw)
-    from autotune.deploy.local_systemd import local_systemd_deployer
-
-    return local_systemd_deployer(sd, gw)
-
-
-def unit_of_trial(pipeline: TrialPipeline, t: optuna.trial.FrozenTrial) -> str:
-    """The unit text that runs trial `t`'s config (the unit unchanged for an as-is baseline)."""
-    config = t.user_attrs.get("config")
-    return pipeline.unit_for(dict(config) if config else None)
-
-
-def deploy_trial(deployer: Deployer, pipeline: TrialPipeline, t: optuna.trial.FrozenTrial) -> None:
-    """Deploy trial `t`'s config: its unit and its companion files."""
-    config = t.user_attrs.get("config")
-    params = dict(config) if config else None
-    deployer.deploy(pipeline.unit_for(params), pipeline.files_for(params))
-
-
 def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: TrialPipeline) -> None:
     """Leave the server on a config someone chose: the best trial's, or the original."""
     action = cfg.study.on_finish
@@ -450,61 +312,4 @@ def _keep_serving(deployer: Deployer, local: bool) -> None:
         log.info("the server keeps serving after autotune exits", pid=pid, stop_with=f"kill {pid}")
 
 
-__all__ = ["AutotuneError", "StudySummary", "objective", "run_study"]
-
-
-def pipeline_for(cfg: Config, deployer: Deployer) -> TrialPipeline:
-    return TrialPipeline(
-        cfg, deployer, get_engine(cfg.target.engine), deployer.original_unit(), api_key(cfg)
-    )
-
-
-def apply_trial(cfg: Config, number: int | None) -> int:
-    """Deploy a trial's config (default: the best feasible) and wait until it serves."""
-    study = st.open_study(cfg, create=False)
-    if number is None:
-        best = st.best_trials(study)
-        if not best:
-            raise AutotuneError(f"study {cfg.study.name!r} has no feasible trial to apply")
-        trial = best[0]
-    else:
-        matches = [t for t in study.get_trials(deepcopy=False) if t.number == number]
-        if not matches or matches[0].state != optuna.trial.TrialState.COMPLETE:
-            raise AutotuneError(f"study {cfg.study.name!r} has no finished trial {number}")
-        trial = matches[0]
-    deployer = make_deployer(cfg)
-    keep = False
-    try:
-        deployer.preflight()
-        pipeline = pipeline_for(cfg, deployer)
-        deploy_trial(deployer, pipeline, trial)
-        try:
-            pipeline.wait_ready(interruptible=False)
-        except ServerFailed as failed:
-            log.error("the config did not come up; restoring the original", reason=failed.reason)
-            deployer.restore()
-            pipeline.wait_ready(interruptible=False)
-            raise AutotuneError(f"trial {trial.number} did not come up: {failed.reason}") from None
-        keep = True
-    finally:
-        if keep and hasattr(deployer, "keep_running"):
-            deployer.keep_running = True  # a local child keeps serving after autotune exits
-        deployer.close()
-    return trial.number
-
-
-def restore_original(cfg: Config) -> None:
-    deployer = make_deployer(cfg)
-    try:
-        deployer.preflight()
-        pipeline = pipeline_for(cfg, deployer)
-        deployer.restore()
-        try:
-            pipeline.wait_ready(interruptible=False)
-        except ServerFailed as failed:
-            raise AutotuneError(f"the original unit did not come up: {failed.reason}") from None
-        forget = getattr(deployer, "forget_original", None)
-        if forget is not None:
-            forget()  # the next study backs up the unit as it is now
-    finally:
-        deployer.close()
+__all__ = ["StudySummary", "describe", "finish", "run_study"]

@@ -19,14 +19,15 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import gp, objective, storage
 from autotune.config import Config
-from autotune.constraints_form import keyed_constraints, write_legacy_constraints
 from autotune.errors import AutotuneError
 from autotune.log import get
+from autotune.search import gp, objective
+from autotune.search.constraints import keyed_constraints, write_legacy_constraints
 from autotune.space import SearchSpace
+from autotune.store import optuna_private, storage
 
-log = get("autotune.study")
+log = get("autotune.search.study")
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -260,8 +261,7 @@ def propose(
 
 def rdb(study: optuna.Study) -> RDBStorage | None:
     """The study's database (Optuna wraps it in a cache); None for an in-memory study."""
-    db = getattr(study._storage, "_backend", study._storage)
-    return db if isinstance(db, RDBStorage) else None
+    return optuna_private.rdb(study)
 
 
 def engine_of(study: optuna.Study) -> Any:
@@ -290,8 +290,9 @@ def being_measured(study: optuna.Study, config: Mapping[str, Any], mine: int) ->
 
 
 def state_of(study: optuna.Study, number: int) -> TrialState:
-    db = study._storage
-    return db.get_trial(db.get_trial_id_from_study_id_trial_number(study._study_id, number)).state
+    db = optuna_private.storage(study)
+    tid = db.get_trial_id_from_study_id_trial_number(optuna_private.study_id(study), number)
+    return db.get_trial(tid).state
 
 
 def fail_and_requeue(
@@ -401,7 +402,7 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial) -> contextlib.AbstractCo
     db = rdb(study)
     if db is None or not db.heartbeat_interval:
         return contextlib.nullcontext()
-    trial_id = trial._trial_id
+    trial_id = optuna_private.trial_id(trial)
     return Repeating(db.heartbeat_interval, lambda: db.record_heartbeat(trial_id), "heartbeat")
 
 
@@ -452,15 +453,16 @@ def recover_stale(study: optuna.Study) -> list[int]:
     stale_ids: set[int] = set()
     db = rdb(study)
     if db is not None and db.heartbeat_interval:
-        stale_ids = set(db._get_stale_trial_ids(study._study_id))
+        stale_ids = set(optuna_private.stale_trial_ids(db, study))
     for t in running:
-        if not (_owner_gone(t.user_attrs) or t._trial_id in stale_ids):
+        tid = optuna_private.trial_id(t)
+        if not (_owner_gone(t.user_attrs) or tid in stale_ids):
             continue
-        study._storage.set_trial_user_attr(t._trial_id, "failure", "daemon_died")
+        optuna_private.storage(study).set_trial_user_attr(tid, "failure", "daemon_died")
         who = (t.user_attrs.get("owner") or {}).get("worker")
-        reason = "its worker stopped beating" if t._trial_id in stale_ids else "its process died"
-        study._storage.set_trial_user_attr(
-            t._trial_id, "reason", f"{reason}{f' ({who})' if who else ''}"
+        reason = "its worker stopped beating" if tid in stale_ids else "its process died"
+        optuna_private.storage(study).set_trial_user_attr(
+            tid, "reason", f"{reason}{f' ({who})' if who else ''}"
         )
         study.tell(t.number, state=TrialState.FAIL)
         if not t.user_attrs.get("retry_of") and t.params:
@@ -503,7 +505,7 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, earlier: int) -> Froz
     constraints = keyed_constraints(src)
     for key, value in constraints.items():
         trial.set_constraint(key, value)
-    write_legacy_constraints(study, trial._trial_id, constraints)
+    write_legacy_constraints(study, optuna_private.trial_id(trial), constraints)
     trial.set_user_attr("feasible", all(v <= 0 for v in constraints.values()))
     if src.state == TrialState.PRUNED:
         return _tell_pruned(study, trial)
@@ -517,7 +519,7 @@ def record(
         trial.set_user_attr(key, value)
     for key, value in score.constraints.items():
         trial.set_constraint(key, value)
-    write_legacy_constraints(study, trial._trial_id, score.constraints)
+    write_legacy_constraints(study, optuna_private.trial_id(trial), score.constraints)
     return study.tell(trial, score.values)
 
 
@@ -531,12 +533,13 @@ def record_pruned(
         trial.set_user_attr(key, value)
     for key, value in score.constraints.items():
         trial.set_constraint(key, value)
-    write_legacy_constraints(study, trial._trial_id, score.constraints)
+    write_legacy_constraints(study, optuna_private.trial_id(trial), score.constraints)
     return _tell_pruned(study, trial)
 
 
 def _tell_pruned(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial:
-    verdict = study._storage.get_trial(trial._trial_id).user_attrs.get("pruned") or {}
+    db = optuna_private.storage(study)
+    verdict = db.get_trial(optuna_private.trial_id(trial)).user_attrs.get("pruned") or {}
     if isinstance(verdict.get("estimate"), (int, float)):
         trial.report(float(verdict["estimate"]), step=len(verdict.get("after_levels") or []))
     return study.tell(trial, state=TrialState.PRUNED)

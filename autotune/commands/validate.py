@@ -16,10 +16,11 @@ from urllib.parse import urlparse
 
 import httpx
 
-from autotune import storage, unitfile
 from autotune.config import Config
 from autotune.engines import get_engine
 from autotune.errors import AutotuneError, ConfigError
+from autotune.store import storage
+from autotune.unit import unitfile
 
 #: Below this much free space where trial files go, a night of server logs may not fit.
 MIN_FREE_BYTES = 1 << 30
@@ -85,7 +86,7 @@ def _writable(folder: Path) -> bool:
 
 
 def _disk(cfg: Config) -> str:
-    from autotune.artifacts import artifact_dir
+    from autotune.store.artifacts import artifact_dir
 
     where = artifact_dir(cfg.study.storage)
     probe = where if where.exists() else where.parent
@@ -101,19 +102,19 @@ def _disk(cfg: Config) -> str:
 
 
 def _api_key(cfg: Config) -> str:
-    from autotune.daemon import api_key
+    from autotune.run.checks import api_key
 
     return "none needed" if api_key(cfg) is None else f"${cfg.target.api_key_env} is set"
 
 
 def _target(cfg: Config, unit_text: list[str]) -> str:
     """Reach the host (SSH, sudo rights, the unit systemd loads, the lock) and read the unit."""
-    from autotune.daemon import make_deployer
+    from autotune.run.deployment import deployer_for
 
     if cfg.target.deploy == "local-process":
         unit_text.append(cfg.target.unit_file.read_text())
         return f"local-process: {cfg.target.unit_file}"
-    deployer = make_deployer(cfg)
+    deployer = deployer_for(cfg)
     try:
         deployer.preflight()
         current = getattr(deployer, "current_unit", None)
@@ -154,7 +155,8 @@ def _unit_copy(cfg: Config, text: str) -> str:
 
 def _unit(cfg: Config, text: str) -> str:
     """The unit parses, speculation is on, the tuned flags land where the server reads them."""
-    from autotune.daemon import check_flags, check_unit, make_deployer
+    from autotune.run.checks import check_flags, check_unit
+    from autotune.run.deployment import deployer_for
 
     source = str(cfg.target.unit_file)
     check_unit(cfg, text, check_executables=cfg.target.deploy == "local-process")
@@ -170,7 +172,7 @@ def _unit(cfg: Config, text: str) -> str:
             "(e.g. --speculative-algorithm EAGLE)",
         )
     if cfg.target.deploy == "local-process":
-        deployer = make_deployer(cfg)
+        deployer = deployer_for(cfg)
         try:
             check_flags(cfg, deployer, text)
         finally:

@@ -23,7 +23,7 @@ log = get("autotune")
 
 def start_workers(cfg: Config, argv: Sequence[str]) -> int:
     """Run every worker of `cfg` to its end; the exit code is the worst of theirs."""
-    from autotune import study as st
+    from autotune.search import study as st
 
     # The database is checked (and the study created) once, here: a mistake in it is one
     # line before any worker starts, not one line per worker.

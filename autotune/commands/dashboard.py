@@ -41,29 +41,29 @@ from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import optuna
-from optuna.artifacts._protocol import ArtifactStore
 from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.storages import BaseStorage, RDBStorage
 from optuna.trial import FrozenTrial
 from sqlalchemy.exc import SQLAlchemyError
 
-from autotune import storage
-from autotune import study as st
-from autotune.artifacts import artifact_store
-from autotune.constraints_form import (  # noqa: F401 - the public surface of this module
+from autotune.errors import AutotuneError
+from autotune.log import get
+from autotune.search import study as st
+from autotune.search.constraints import (  # noqa: F401 - the public surface of this module
     LEGACY_KEY,
     keyed_constraints,
     legacy_list,
     write_legacy_constraints,
 )
-from autotune.errors import AutotuneError
-from autotune.log import get
+from autotune.store import optuna_private, storage
+from autotune.store.artifacts import artifact_store
+from autotune.store.optuna_private import ArtifactStore
 
 if TYPE_CHECKING:
     from autotune.config import Config
     from autotune.space import SearchSpace
 
-log = get("autotune.dashboard")
+log = get("autotune.commands.dashboard")
 
 DEFAULT_PORT = 8080
 HOST = "127.0.0.1"  # the study DB holds the fleet's configs: never serve it beyond this host
@@ -102,7 +102,7 @@ class TruthPlugin:
         try:
             name = self.storage.get_study_name_from_id(study_id)
             study = optuna.Study(study_name=name, storage=self.storage)
-            trials = {t._trial_id: t for t in study.get_trials(deepcopy=False)}
+            trials = {optuna_private.trial_id(t): t for t in study.get_trials(deepcopy=False)}
             for serialized in body["trials"]:
                 _fill_constraints(serialized, trials.get(serialized["trial_id"]))
             system_attrs = self.storage.get_study_system_attrs(study_id)

@@ -17,18 +17,20 @@ from typing import Any
 
 import httpx
 
-from autotune import bench, objective, reach
+from autotune import bench
 from autotune.bench.pool import pool_levels
 from autotune.config import Config
 from autotune.deploy.base import Deployer
 from autotune.engines.base import STUDY_FAILURES, Engine, Failure, ServerInfo
 from autotune.errors import DeployError, ServerFailed, StudyStopped
 from autotune.log import get
-from autotune.pruning import PRUNED, LevelPlan, Verdict
-from autotune.space import Config as Params
-from autotune.stopping import StopRequest
+from autotune.run.stopping import StopRequest
+from autotune.search import objective
+from autotune.search.pruning import PRUNED, LevelPlan, Verdict
+from autotune.space import Params
+from autotune.unit import reach
 
-log = get("autotune.trial")
+log = get("autotune.run.trial")
 
 #: Looks up an earlier trial that measured the same resolved config; returns its number.
 FindMeasured = Callable[[Mapping[str, Any]], int | None]
@@ -96,7 +98,7 @@ class TrialPipeline:
         A config the server refuses or crashes on is a result (infeasible), not
         an exception. Transport failures (`DeployError`) propagate: they are
         not the config's fault. `plan` orders the levels and may stop the trial
-        after one (`autotune/pruning.py`); without it every level runs in order.
+        after one (`autotune/search/pruning.py`); without it every level runs in order.
         `deployment` (unit text, companion files) replaces what `params` would deploy:
         a config outside the space, measured and checked as `params` says it runs.
         """
@@ -159,7 +161,7 @@ class TrialPipeline:
             return self._result(score, attrs, unit_text)
 
         try:
-            results, verdict = self._benchmark(info, plan or LevelPlan(levels))
+            measured_levels, verdict = self._benchmark(info, plan or LevelPlan(levels))
         except ServerFailed as failed:
             attrs.update(_failure_attrs(failed.kind, failed.reason))
             log.warning("server failed during benchmark", kind=failed.kind, reason=failed.reason)
@@ -167,6 +169,8 @@ class TrialPipeline:
             up = failed.kind == "context_too_small"
             score = objective.unusable(self.cfg.objective, levels, server_up=up)
             return self._result(score, attrs, unit_text)
+        # The one place levels become rows: the study's record and the objective read these.
+        results = {c: r.to_dict() for c, r in measured_levels.items()}
         per_level = [results[c] for c in levels if c in results]
         attrs["levels"] = per_level
         for r in per_level:
@@ -243,9 +247,9 @@ class TrialPipeline:
 
     def _benchmark(
         self, info: ServerInfo, plan: LevelPlan
-    ) -> tuple[dict[int, dict[str, Any]], Verdict | None]:
+    ) -> tuple[dict[int, bench.LevelResult], Verdict | None]:
         b = self.cfg.benchmark
-        results: dict[int, dict[str, Any]] = {}
+        results: dict[int, bench.LevelResult] = {}
         if plan.levels != tuple(b.concurrency):
             log.info("levels in the order most likely to settle this config", order=plan.levels)
         for i, c in enumerate(plan.levels, 1):
@@ -260,17 +264,17 @@ class TrialPipeline:
             )
             log_before = len(self.deployer.logs())
             note = _progress_logger(i, len(b.concurrency), c)
-            measured = {k: float(r["output_throughput"]) for k, r in results.items()}
+            measured = {k: r.output_throughput for k, r in results.items()}
             give_up = plan.give_up(c, measured)
             row = self._measure_level(settings, note, log_before, give_up)
-            value = float(row["output_throughput"])
-            if give_up is not None and give_up.verdict is not None and row.get("cut_short"):
+            value = row.output_throughput
+            if give_up is not None and give_up.verdict is not None and row.cut_short:
                 results[c] = row
                 return results, self._log_pruned(
                     give_up.verdict, plan, results, "its window so far"
                 )
-            if row["ci_target_met"] is False and b.ci_width is not None:
-                sd = {c: float(row["ci_halfwidth"]) / 1.96}
+            if not row.ci_target_met and b.ci_width is not None:
+                sd = {c: row.ci_halfwidth / 1.96}
                 early = plan.verdict({**measured, c: value}, sd)
                 if early is not None:
                     results[c] = row
@@ -282,7 +286,7 @@ class TrialPipeline:
                 log.info(
                     "level missed its confidence target: measuring it again",
                     concurrency=c,
-                    ci=_pm(row["ci_halfwidth"]),
+                    ci=_pm(row.ci_halfwidth),
                     target=_pm(b.ci_width),
                 )
                 self.stop.check()
@@ -293,18 +297,18 @@ class TrialPipeline:
                 "level done",
                 level=f"{i}/{len(b.concurrency)}",
                 concurrency=c,
-                output_tok_s=round(row["output_throughput"], 1),
-                ci=_pm(row["ci_halfwidth"]),
-                **({"uncertain": True} if row["ci_target_met"] is False else {}),
-                requests=row["requests"],
-                accept_length=row["accept_length"],
+                output_tok_s=round(row.output_throughput, 1),
+                ci=_pm(row.ci_halfwidth),
+                **({"uncertain": True} if not row.ci_target_met else {}),
+                requests=row.requests,
+                accept_length=row.accept_length,
             )
             uncertain = {
-                k: float(r["ci_halfwidth"]) / 1.96
+                k: r.ci_halfwidth / 1.96
                 for k, r in results.items()
-                if r["ci_target_met"] is False and b.ci_width is not None
+                if not r.ci_target_met and b.ci_width is not None
             }
-            measured = {k: float(r["output_throughput"]) for k, r in results.items()}
+            measured = {k: r.output_throughput for k, r in results.items()}
             verdict = plan.verdict(measured, uncertain)
             if verdict is not None:
                 return results, self._log_pruned(verdict, plan, results, "after the level")
@@ -335,7 +339,7 @@ class TrialPipeline:
         note: Callable[[dict[str, Any]], None],
         log_from: int,
         give_up: bench.GiveUpFn | None = None,
-    ) -> dict[str, Any]:
+    ) -> bench.LevelResult:
         """One run of a level, with the server's own counters read around it."""
         url = self.cfg.target.base_url
         before = asyncio.run(self.engine.counters(url, self.api_key))
@@ -366,23 +370,16 @@ class TrialPipeline:
         if not self.deployer.is_running():
             text = self.deployer.logs()
             raise ServerFailed("crash_during_benchmark", _last_error(text), _tail(text))
-        row = level.to_dict()
         after = asyncio.run(self.engine.counters(url, self.api_key))
         if before is not None and after is not None:
             server = after.since(before)
-            row["server_output_tokens"] = server.output_tokens
-            row["server_draft_tokens"] = server.draft_tokens
-            row["server_accepted_tokens"] = server.accepted_tokens
-            row["server_drafts"] = server.drafts
-            row["server_accept_length"] = server.accept_length
-            row["server_draft_acceptance"] = server.acceptance
-            if row.get("accept_length") is None:
-                row["accept_length"] = server.accept_length
-        if row.get("accept_length") is None:  # per-request counts beat the log's average
-            row["accept_length"] = self.engine.accept_length_from_log(
-                self.deployer.logs()[log_from:]
-            )
-        return row
+            level = dataclasses.replace(level, server=server)
+            if level.accept_length is None:
+                level = dataclasses.replace(level, accept_length=server.accept_length)
+        if level.accept_length is None:  # per-request counts beat the log's average
+            logged = self.engine.accept_length_from_log(self.deployer.logs()[log_from:])
+            level = dataclasses.replace(level, accept_length=logged)
+        return level
 
     def _canonical(self, config: dict[str, Any]) -> dict[str, Any]:
         """The config without knobs that do not apply to it (a server that resolved the

@@ -42,10 +42,10 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import gp
 from autotune.config import Config
-from autotune.gp.features import features
-from autotune.gp.sampler import NOISE_SD
+from autotune.search import gp
+from autotune.search.gp.features import features
+from autotune.search.gp.sampler import NOISE_SD
 
 #: A trial stops when its chance of beating the incumbent falls below this.
 PRUNE_BELOW = 0.001

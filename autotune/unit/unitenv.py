@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from autotune import unitfile
 from autotune.errors import ConfigError
+from autotune.unit import unitfile
 
 
 @dataclass(frozen=True)

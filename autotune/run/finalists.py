@@ -22,14 +22,14 @@ from typing import Any
 import numpy as np
 import optuna
 
-from autotune import gp
-from autotune import study as st
 from autotune.config import Config
-from autotune.gp.features import features
 from autotune.log import get
-from autotune.trial import TrialResult
+from autotune.run.trial import TrialResult
+from autotune.search import gp
+from autotune.search import study as st
+from autotune.search.gp.features import features
 
-log = get("autotune.finalists")
+log = get("autotune.run.finalists")
 
 #: Study user attribute: {"n_trials": N, "declared_best": trial number, "finalists": {...}}.
 FINALISTS = "finalists"

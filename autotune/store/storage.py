@@ -35,7 +35,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from autotune.errors import AutotuneError, ConfigError
 from autotune.log import get
 
-log = get("autotune.storage")
+log = get("autotune.store.storage")
 
 #: What a database that went away raises, through SQLAlchemy or through Optuna.
 DATABASE_ERRORS: tuple[type[Exception], ...] = (SQLAlchemyError, StorageInternalError)

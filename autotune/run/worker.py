@@ -19,25 +19,27 @@ counts against the budget nor teaches the sampler anything.
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import optuna
-from optuna.artifacts._protocol import ArtifactStore
 from optuna.trial import TrialState
 
-from autotune import capacity, pruning
-from autotune import study as st
-from autotune.artifacts import upload_trial
 from autotune.config import Config
 from autotune.errors import DeployError, StudyStopped
 from autotune.log import get
-from autotune.pruning import LevelPlan
-from autotune.stopping import StopRequest, TrialInterrupted
-from autotune.storage import DATABASE_ERRORS, wait_for_database
-from autotune.trial import FindMeasured, TrialResult
+from autotune.run.stopping import StopRequest, TrialInterrupted
+from autotune.run.trial import FindMeasured, TrialResult
+from autotune.search import capacity, pruning
+from autotune.search import study as st
+from autotune.search.pruning import LevelPlan
+from autotune.store import optuna_private
+from autotune.store.artifacts import upload_trial
+from autotune.store.optuna_private import ArtifactStore
+from autotune.store.storage import DATABASE_ERRORS, wait_for_database
 
 log = get("autotune")
 
@@ -61,6 +63,35 @@ POLL_S = 2.0
 T = TypeVar("T")
 
 
+class Outcome(enum.Enum):
+    """What happened to one proposal (`Worker.trial`)."""
+
+    MEASURED = "measured"
+    """Deployed and benchmarked (or failed while trying): a result of its own."""
+    REUSED_BEFORE_DEPLOY = "reused-before-deploy"
+    """The same config was measured before: its result, no deploy."""
+    REUSED_WHILE_RUNNING = "reused-while-running"
+    """Another worker was measuring it: waited for its result."""
+    REUSED_AFTER_DEPLOY = "reused-after-deploy"
+    """Deployed, and the server resolved it to an earlier trial's config."""
+    PREDICTED_INFEASIBLE = "predicted-infeasible"
+    """The capacity prediction ruled it out: recorded, never deployed."""
+    INTERRUPTED = "interrupted"
+    """A stop request ended it: not recorded, queued again."""
+
+    @property
+    def reused(self) -> bool:
+        return self in (
+            Outcome.REUSED_BEFORE_DEPLOY,
+            Outcome.REUSED_WHILE_RUNNING,
+            Outcome.REUSED_AFTER_DEPLOY,
+        )
+
+    @property
+    def deployed(self) -> bool:
+        return self in (Outcome.MEASURED, Outcome.REUSED_AFTER_DEPLOY)
+
+
 @dataclass
 class Tally:
     ran: int = 0
@@ -69,11 +100,11 @@ class Tally:
     predicted: int = 0
     """Configs recorded infeasible by the capacity prediction, never deployed."""
 
-    def add(self, outcome: str) -> None:
+    def add(self, outcome: Outcome) -> None:
         self.ran += 1
-        self.deployed += outcome in ("measured", "reused-after-deploy")
-        self.reused += outcome.startswith("reused")
-        self.predicted += outcome == "predicted-infeasible"
+        self.deployed += outcome.deployed
+        self.reused += outcome.reused
+        self.predicted += outcome is Outcome.PREDICTED_INFEASIBLE
 
 
 class Worker:
@@ -122,16 +153,17 @@ class Worker:
                     raise
                 self.on_infra_error(err)
                 continue
-            if outcome == "interrupted":
+            if outcome is Outcome.INTERRUPTED:
                 break
             tally.add(outcome)
-            if outcome == "measured":
+            if outcome is Outcome.MEASURED:
                 self.db(self.say_estimate)
         return tally
 
     def say_estimate(self) -> None:
         """After each measured trial: how long the rest will take, at the pace so far."""
-        from autotune import estimate, finalists
+        from autotune.run import finalists
+        from autotune.search import estimate
 
         runs = finalists.expected_runs(self.cfg, self.study)
         e = estimate.of(self.study, self.cfg.study.n_trials, finalist_runs=runs)
@@ -145,7 +177,7 @@ class Worker:
         return st.propose(self.study, self.cfg, self.baseline, worker=self.name)
 
     # -- one trial ----------------------------------------------------------------------
-    def trial(self, p: st.Proposal) -> str:
+    def trial(self, p: st.Proposal) -> Outcome:
         """From a proposal to a result in the study; returns what happened to it."""
         trial, params = p.trial, p.params
         log.info(
@@ -179,7 +211,7 @@ class Worker:
             log.warning(
                 "trial interrupted: not recorded, its config is queued again", trial=trial.number
             )
-            return "interrupted"
+            return Outcome.INTERRUPTED
         except DeployError as err:
             self._fail(trial, "infrastructure", str(err))
             raise
@@ -204,7 +236,7 @@ class Worker:
                 trial=trial.number,
                 reused_from=source,
             )
-            return "reused-after-deploy"
+            return Outcome.REUSED_AFTER_DEPLOY
         upload_trial(
             self.artifacts,
             trial,
@@ -214,7 +246,7 @@ class Worker:
         )
         frozen = self.db(lambda: self._record(trial, result))
         if frozen is None:
-            return "measured"
+            return Outcome.MEASURED
         self.db(lambda: st.update_model_best(self.study, self.cfg.space))
         if result.pruned:
             verdict = result.attrs.get(pruning.PRUNED) or {}
@@ -224,7 +256,7 @@ class Worker:
                 after_levels=verdict.get("after_levels"),
                 estimate=verdict.get("estimate"),
             )
-            return "measured"
+            return Outcome.MEASURED
         log.info(
             "trial done",
             trial=trial.number,
@@ -232,11 +264,11 @@ class Worker:
             feasible=result.score.feasible,
             **({"failure": result.attrs["failure"]} if "failure" in result.attrs else {}),
         )
-        return "measured"
+        return Outcome.MEASURED
 
     def _record_predicted(
         self, trial: optuna.Trial, params: dict[str, Any], predicted: capacity.Prediction
-    ) -> str:
+    ) -> Outcome:
         """A config the trials so far show to fall short of the running-requests floor:
         recorded infeasible with the prediction, and no server restarted for it."""
         floor = self.cfg.objective.constraints.min_running_requests
@@ -250,9 +282,11 @@ class Worker:
             interval=attrs["predicted_interval"],
             required=floor,
         )
-        return "predicted-infeasible"
+        return Outcome.PREDICTED_INFEASIBLE
 
-    def _measured_or_measuring(self, params: dict[str, Any], mine: int) -> tuple[int, str] | None:
+    def _measured_or_measuring(
+        self, params: dict[str, Any], mine: int
+    ) -> tuple[int, Outcome] | None:
         """An earlier result for this config: finished, or (after waiting) another worker's.
 
         The GP never proposes a config being measured; TPE and random can. Waiting
@@ -261,7 +295,7 @@ class Worker:
         """
         earlier = st.find_measured(self.study, params)
         if earlier is not None:
-            return earlier, "reused-before-deploy"
+            return earlier, Outcome.REUSED_BEFORE_DEPLOY
         other = st.being_measured(self.study, params, mine)
         if other is None:
             return None
@@ -271,11 +305,11 @@ class Worker:
                 break
             time.sleep(POLL_S)
         earlier = st.find_measured(self.study, params)
-        return (earlier, "reused-while-running") if earlier is not None else None
+        return (earlier, Outcome.REUSED_WHILE_RUNNING) if earlier is not None else None
 
     def _record(self, trial: optuna.Trial, result: TrialResult) -> optuna.trial.FrozenTrial | None:
         """Record the measurement; None if another worker already failed this trial."""
-        current = self.study._storage.get_trial(trial._trial_id)
+        current = optuna_private.storage(self.study).get_trial(optuna_private.trial_id(trial))
         if current.state != TrialState.RUNNING:
             if current.state == TrialState.COMPLETE:
                 return current  # recorded before the database dropped our answer
@@ -291,7 +325,8 @@ class Worker:
 
     def _fail(self, trial: optuna.Trial, failure: str, reason: str) -> None:
         def fail() -> None:
-            if self.study._storage.get_trial(trial._trial_id).state == TrialState.RUNNING:
+            tid = optuna_private.trial_id(trial)
+            if optuna_private.storage(self.study).get_trial(tid).state == TrialState.RUNNING:
                 st.fail_and_requeue(self.study, trial, failure=failure, reason=reason)
 
         self.db(fail)

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 import optuna
 from optuna.trial import FrozenTrial
 
-from autotune import objective
+from autotune.search import objective
+from autotune.store import optuna_private
 
 #: The trial system attribute optuna-dashboard 0.21 reads (Optuna's `_CONSTRAINTS_KEY`).
 LEGACY_KEY = "constraints"
@@ -49,4 +50,5 @@ def write_legacy_constraints(
     `study.tell` (a finished trial's attributes cannot change).
     """
     if constraints:
-        study._storage.set_trial_system_attr(trial_id, LEGACY_KEY, legacy_list(constraints))
+        db = optuna_private.storage(study)
+        db.set_trial_system_attr(trial_id, LEGACY_KEY, legacy_list(constraints))

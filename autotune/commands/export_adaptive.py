@@ -25,10 +25,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import study as st
 from autotune.config import Config
 from autotune.errors import AutotuneError, ConfigError
 from autotune.log import get
+from autotune.search import study as st
 
 log = get("autotune.export")
 
@@ -108,7 +108,7 @@ def build(winners: list[Winner]) -> dict[str, Any]:
 
 
 def default_path(cfg: Config) -> Path:
-    from autotune.artifacts import artifact_dir
+    from autotune.store.artifacts import artifact_dir
 
     return artifact_dir(cfg.study.storage).parent / f"{cfg.study.name}-adaptive.json"
 
@@ -133,7 +133,7 @@ def export(cfg: Config, out: Path | None) -> tuple[Path, dict[str, Any], list[Wi
 def measure(cfg: Config, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Deploy and benchmark the exported config (and SGLang's default adaptive config unless
     the study measured it); record them in the study; leave the server as a study would."""
-    from autotune import daemon
+    from autotune.run import deployment, loop
 
     switch, file = knobs(cfg)
     space = cfg.space
@@ -146,11 +146,11 @@ def measure(cfg: Config, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     }
     if param.file.builtin is not None and _measured_default(study, switch, file, param) is None:
         wanted[DEFAULT] = ({switch: True, file: param.file.builtin}, None)
-    deployer = daemon.make_deployer(cfg)
+    deployer = deployment.deployer_for(cfg)
     probes = dict(study.user_attrs.get(PROBES) or {})
     try:
         deployer.preflight()
-        pipeline = daemon.pipeline_for(cfg, deployer)
+        pipeline = deployment.pipeline_for(cfg, deployer)
         try:
             for label, (config, text) in wanted.items():
                 unit = pipeline.unit_for(config)
@@ -166,7 +166,7 @@ def measure(cfg: Config, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         finally:
             # Never leave the server on a probe: as a finished study leaves it.
             try:
-                daemon.finish(cfg, study, deployer, pipeline)
+                loop.finish(cfg, study, deployer, pipeline)
             except AutotuneError as err:
                 log.error("could not put a known config back", error=str(err))
     finally:

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autotune import unitfile
 from autotune.config import Config, ObjectiveConfig
 from autotune.errors import AutotuneError
 from autotune.sim import args as sim_args
 from autotune.sim import model
 from autotune.sim.predict import benchmark_input_len, launch_with, resolved_params
 from autotune.sim.profiles import Profile, get_profile
+from autotune.unit import unitfile
 
 
 @dataclass(frozen=True)

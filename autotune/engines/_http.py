@@ -1,0 +1,47 @@
+"""The one way an engine adapter reads JSON from its server.
+
+A server that does not answer, or answers anything but 200 with JSON, is `not_ready`
+(ServerFailed); a refused API key is a ConfigError (the config's fault, not the trial's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+
+from autotune.errors import ConfigError, ServerFailed
+
+
+async def get_json(
+    client: httpx.AsyncClient,
+    *paths: str,
+    missing: Sequence[int] = (),
+) -> Any:
+    """GET the first of `paths` the server has (a 404 moves on to the next) and return its
+    JSON; None when the last one answers a status in `missing` (an endpoint switched off)."""
+    assert paths
+    path = paths[0]
+    try:
+        response = await client.get(path)
+        for path in paths[1:]:
+            if response.status_code != 404:
+                break
+            response = await client.get(path)
+    except httpx.HTTPError as exc:
+        raise ServerFailed("not_ready", f"GET {path}: {type(exc).__name__}: {exc}") from exc
+    if response.status_code in (401, 403):
+        raise ConfigError(
+            None,
+            "api_key",
+            f"the server refused the API key (HTTP {response.status_code} on {path})",
+        )
+    if response.status_code in missing:
+        return None
+    if response.status_code != 200:
+        raise ServerFailed("not_ready", f"GET {path} answered HTTP {response.status_code}")
+    try:
+        return response.json()
+    except ValueError as exc:
+        raise ServerFailed("not_ready", f"GET {path} did not answer JSON") from exc

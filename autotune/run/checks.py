@@ -1,0 +1,114 @@
+"""What is checked before anything is deployed: the unit, its flags, the API key.
+
+`autotune start` and `autotune validate` run the same checks, so a config that validates
+does not fail on the first trial for a reason a check could have found. Each problem is
+one ConfigError naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from autotune.config import Config
+from autotune.deploy.base import Deployer
+from autotune.engines import get_engine
+from autotune.errors import ConfigError
+from autotune.log import get
+from autotune.unit import reach, unitfile
+
+log = get("autotune")
+
+
+def check_unit(
+    cfg: Config, unit_text: str, *, check_executables: bool = True
+) -> dict[str, str | None]:
+    """Parse the base unit and a patched sample; return its current flags. Raises ConfigError."""
+    source = str(cfg.target.unit_file)
+    argv = unitfile.parse_exec_start(unit_text, source=source).argv
+    tuned = list(cfg.space.launch_flags())
+    hidden = reach.hidden_flags(argv, [*tuned, get_engine(cfg.target.engine).algorithm_flag])
+    if hidden is not None:
+        raise ConfigError(source, "ExecStart", hidden)
+    _check_environment_files(cfg, unit_text, source)
+    current = unitfile.flags(argv)
+    sample = cfg.space.enumerate()[0].params
+    unit_dir = str(cfg.target.unit_file.parent)
+    patched = cfg.space.patch_unit(unit_text, sample, source=source, unit_dir=unit_dir)
+    problems = unitfile.verify_unit(patched, cfg.target.unit, check_executables=check_executables)
+    if problems:
+        raise ConfigError(source, None, "systemd-analyze verify: " + problems[0])
+    return current
+
+
+def _check_environment_files(cfg: Config, unit_text: str, source: str) -> None:
+    """An `EnvironmentFile=` wins over `Environment=`: a tuned variable it sets would never
+    change, and the server does not report its environment to catch that after a deploy."""
+    tuned = {p.env for p in cfg.space.params.values() if p.env is not None}
+    if not tuned:
+        return
+    for value in unitfile.service_values(unit_text, "EnvironmentFile"):
+        path = value.removeprefix("-")
+        if cfg.target.deploy != "local-process":
+            log.warning(
+                "the unit reads an EnvironmentFile on the host: make sure it does not set "
+                "a tuned variable, which would override the trial's Environment=",
+                file=path,
+                tuned=sorted(tuned),
+            )
+            continue
+        try:
+            found = unitfile.parse_environment_file(Path(path).read_text())
+        except OSError:
+            continue  # the deployer reports a missing required file
+        overridden = sorted(tuned & found.keys())
+        if overridden:
+            raise ConfigError(
+                source,
+                "EnvironmentFile",
+                f"{path} sets {', '.join(overridden)}, which overrides the tuned Environment= "
+                "value: remove it from that file",
+            )
+
+
+def check_flags(cfg: Config, deployer: Deployer, unit_text: str) -> None:
+    """Ask the installed server which flags it has, before anything is deployed.
+
+    For every flag of the search space and of the unit: a flag the server's own
+    help does not list (or lists as removed) is one ConfigError naming the space
+    parameter or the unit. Only where the engine can answer cheaply and the
+    deployer can run the program (local-process); elsewhere the first trial
+    that hits such a flag stops the study with the same line.
+    """
+    engine = get_engine(cfg.target.engine)
+    args = engine.help_args()
+    probe = getattr(deployer, "program_output", None)
+    if args is None or probe is None:
+        return
+    text = probe(args)
+    if not text:
+        # Not installed here, say: the first trial will say what is wrong, in the server's words.
+        log.warning("could not ask the server which flags it has", program_args=args)
+        return
+    source = str(cfg.target.unit_file)
+    in_unit = [f for f in unitfile.parse_exec_start(unit_text, source=source).flags() if f]
+    space_flags = cfg.space.launch_flags()
+    problems = engine.flag_problems(text, [*space_flags, *in_unit])
+    for flag, why in problems.items():
+        if flag in space_flags:
+            key = f"params.{space_flags[flag]}.flag"
+            raise ConfigError(cfg.space_source, key, f"{flag}: {why}")
+        raise ConfigError(source, "ExecStart", f"{flag}: {why}")
+
+
+def api_key(cfg: Config) -> str | None:
+    if cfg.target.api_key_env is None:
+        return None
+    key = os.environ.get(cfg.target.api_key_env)
+    if not key:
+        raise ConfigError(
+            cfg.source,
+            "target.api_key_env",
+            f"environment variable {cfg.target.api_key_env} is not set",
+        )
+    return key

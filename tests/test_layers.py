@@ -1,0 +1,101 @@
+"""The house's shape, checked from the source: packages by job, imports in one direction.
+
+Every import (lazy ones inside functions too) between the packages of `autotune/` is an
+edge; the graph must have no cycle, so each package sits on a layer and imports only
+from the layers below it. The root keeps what everything uses.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import re
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "autotune"
+#: What the root keeps: what everything uses, the command line, and the entry points.
+ROOT_MODULES = {"__init__", "__main__", "cli", "config", "errors", "expr", "log", "resources",
+                "space"}  # fmt: skip
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "autotune"
+
+
+def _edges() -> dict[str, dict[str, str]]:
+    """package -> {package it imports: where}"""
+    out: dict[str, dict[str, str]] = defaultdict(dict)
+    for path in ROOT.rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts)
+        here = _package(module.removesuffix(".__init__"))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = (
+                    [f"autotune.{a.name}" for a in node.names]
+                    if node.module == "autotune"
+                    else [node.module]
+                )
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                if name.startswith("autotune.") and _package(name) not in (here, "__version__"):
+                    out[here].setdefault(_package(name), f"{path}:{node.lineno}")
+    return out
+
+
+def _layers(edges: dict[str, dict[str, str]]) -> dict[str, int]:
+    """Each package's layer: one above the highest it imports (raises on a cycle)."""
+    layer: dict[str, int] = {}
+    visiting: list[str] = []
+
+    def visit(p: str) -> int:
+        if p in layer:
+            return layer[p]
+        if p in visiting:
+            cycle = [*visiting[visiting.index(p) :], p]
+            steps = [edges[a][b] for a, b in itertools.pairwise(cycle)]
+            raise AssertionError(f"import cycle {' -> '.join(cycle)}: {steps}")
+        visiting.append(p)
+        layer[p] = 1 + max((visit(q) for q in edges.get(p, {})), default=-1)
+        visiting.pop()
+        return layer[p]
+
+    for p in list(edges):
+        visit(p)
+    return layer
+
+
+def test_the_packages_import_in_one_direction() -> None:
+    layers = _layers(_edges())
+    # The ones everything builds on are at the bottom, the command line on top.
+    assert layers["unit"] < layers["space"] < layers["config"] < layers["search"]
+    assert layers["search"] < layers["run"] < layers["commands"] < layers["cli"]
+    assert layers["engines"] < layers["config"] and layers["deploy"] < layers["config"]
+
+
+def test_the_root_holds_what_everything_uses() -> None:
+    modules = {p.stem for p in ROOT.glob("*.py")}
+    assert modules <= ROOT_MODULES, sorted(modules - ROOT_MODULES)
+    assert len(modules) <= 10
+    for package in (p for p in ROOT.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        face = package / "__init__.py"
+        assert face.exists(), f"{package.name}/ has no __init__.py"
+        assert ast.get_docstring(ast.parse(face.read_text())), f"{package.name}/ says nothing"
+
+
+def test_engine_facts_stay_in_engines() -> None:
+    """An `if engine == ...` outside engines/ means the Engine protocol lacks a method."""
+    pattern = re.compile(r'engine\s*==|==\s*"sglang"|"llama\.cpp"')
+    found = []
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(("engines/", "sim/")):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if pattern.search(line):
+                found.append(f"{rel}:{number}: {line.strip()}")
+    assert not found, found
