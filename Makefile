@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+#: Two pytest workers on two cores: most tests wait on servers, not on the CPU.
+PYTEST_WORKERS ?= 2
 
 # The operator install: a wheel with the search spaces and examples inside.
 .PHONY: run test test-fast lint dist bench bench-sim bench-client bench-efficiency bench-overhead \
@@ -14,41 +17,41 @@ run: $(STAMP)
 	$(BIN)/autotune status
 	$(BIN)/autotune best
 
-test: $(STAMP)
-	$(BIN)/pytest
+test: $(TEST_STAMP)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
 
-test-fast: $(STAMP)
-	$(BIN)/pytest -m "not slow"
+test-fast: $(TEST_STAMP)
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow"
 
 # pip install dist/autotune-*.whl (plus '[postgres]' for several hosts): no test tools.
 dist: $(STAMP)
 	$(BIN)/python -m pip wheel --quiet --no-deps -w dist .
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check autotune tests bench
 
-bench-sim: $(STAMP)
+bench-sim: $(TEST_STAMP)
 	$(BIN)/python bench/sim_throughput.py
 
-bench-client: $(STAMP)
+bench-client: $(TEST_STAMP)
 	$(BIN)/python bench/client_capacity.py
 
-bench-efficiency: $(STAMP)
+bench-efficiency: $(TEST_STAMP)
 	$(BIN)/python bench/sample_efficiency.py
 
 # Seconds per benchmark level on the served simulator, against what bench-efficiency charges.
-bench-levels: $(STAMP)
+bench-levels: $(TEST_STAMP)
 	$(BIN)/python bench/level_seconds.py
 
 # What a worker spends per trial on the study: SQLite against a PostgreSQL it starts; then
 # the real CLI's gap between trials and its lag in noticing a crashed server.
-bench-overhead: $(STAMP)
+bench-overhead: $(TEST_STAMP)
 	$(BIN)/python bench/study_overhead.py
 	$(BIN)/python bench/trial_overhead.py
 
 # Static, SGLang's default adaptive or the exported per-load adaptive config: three
 # profiles on the served simulator through the real CLI (about 30 minutes).
-bench-adaptive: $(STAMP)
+bench-adaptive: $(TEST_STAMP)
 	$(BIN)/python bench/adaptive_vs_static.py
 
 bench: bench-sim bench-client bench-efficiency bench-levels bench-overhead bench-adaptive
@@ -60,7 +63,7 @@ LLAMA_STAMP := $(VENV)/.llamacpp-installed
 
 llamacpp-install: $(LLAMA_STAMP)
 
-$(LLAMA_STAMP): $(STAMP)
+$(LLAMA_STAMP): $(TEST_STAMP)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet -e '.[test,llamacpp]'
 	$(BIN)/python -m autotune.engines.llamacpp_setup
 	touch $@
@@ -81,11 +84,16 @@ sglang-wheels: $(STAMP)
 		$(BIN)/python -m pip download --quiet --no-deps "sglang==$$v" -d $(SGLANG_WHEELS) || exit 1; \
 	done
 
+# `make run` needs autotune only; the test tools come with the first `make test`.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e .
 	touch $(STAMP)
+
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(TEST_STAMP)
 
 clean-demo:
 	rm -f autotune.db autotune.db-journal autotune.db-wal autotune.db-shm

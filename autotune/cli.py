@@ -308,6 +308,9 @@ def _status(args: argparse.Namespace) -> int:
         feasible = {True: "yes", False: "no", None: ""}[r["feasible"]]
         ci = "" if r["value_ci"] is None else f"{r['value_ci']:.1%}"
         print(f"{r['number']:>4}  {r['state']:9} {feasible:8} {value:>10} {ci:>6}  {config}{extra}")
+    for r in rows:
+        if r["progress"]:
+            print(f"now: {r['progress']}")
     return 0
 
 
@@ -331,6 +334,8 @@ def _row(study: Any, t: Any) -> dict[str, Any]:
         "uncertain_levels": t.user_attrs.get("uncertain_levels") or [],
         "validation": validation_of(study, t.number),
         "pruned": t.user_attrs.get("pruned") if t.state.name == "PRUNED" else None,
+        # What the worker's status line showed last (written every few seconds).
+        "progress": t.user_attrs.get("progress") if t.state.name == "RUNNING" else None,
     }
 
 

@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-import yaml
-
-from autotune import resources
+from autotune import resources, yamlfile
 from autotune.engines import engine_names
 from autotune.errors import ConfigError
 from autotune.space import ENUMERABLE_LIMIT, SearchSpace, load_space, space_from_dict
@@ -269,13 +267,7 @@ def load_config(path: str | Path | None = None) -> Config:
         raise ConfigError(str(path), None, "config file not found") from None
     except OSError as exc:
         raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        problem = getattr(exc, "problem", None) or "syntax error"
-        raise ConfigError(str(path), None, f"not valid YAML: {problem}{where}") from None
+    data = yamlfile.load(text, str(path))
     return config_from_dict(data, str(path), path.resolve().parent, storage_dir=storage_dir)
 
 
@@ -600,5 +592,7 @@ def _share(s: _Section, name: str, default: float) -> float | None:
 
 
 def _local_path(base_dir: Path, raw: str) -> Path:
+    """A path on this machine, relative to the config's folder: `..` is what people write,
+    so it is resolved here (lexically, as a shell would print it), not refused later."""
     p = Path(os.path.expanduser(raw))
-    return p if p.is_absolute() else base_dir / p
+    return Path(os.path.normpath(p if p.is_absolute() else base_dir / p))

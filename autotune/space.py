@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import optuna
-import yaml
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
@@ -40,7 +39,7 @@ from optuna.distributions import (
     IntDistribution,
 )
 
-from autotune import expr
+from autotune import expr, yamlfile
 from autotune.errors import ConfigError
 
 #: Spaces up to this many configs can be listed and scored one by one (the GP sampler).
@@ -543,18 +542,12 @@ _RULE_KEYS = {"when", "set", "require", "why"}
 def load_space(path: str | Path) -> SearchSpace:
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(str(path), None, "search-space file not found") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), None, f"not valid YAML: {_yaml_problem(exc)}") from None
-    return space_from_dict(data, str(path))
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"{problem} (line {mark.line + 1})" if mark else str(problem)
+    except OSError as exc:
+        raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from None
+    return space_from_dict(yamlfile.load(text, str(path)), str(path))
 
 
 def space_from_dict(data: Any, source: str) -> SearchSpace:
@@ -610,10 +603,7 @@ def _extended(data: dict[str, Any], source: str) -> dict[str, Any]:
         path = resources.search_space(raw) or path
     if not path.is_file():
         raise ConfigError(source, "extends", f"file not found: {raw}")
-    try:
-        base = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise ConfigError(str(path), None, f"not valid YAML: {_yaml_problem(exc)}") from None
+    base = yamlfile.load(path.read_text(), str(path))
     if not isinstance(base, dict) or "extends" in base:
         raise ConfigError(str(path), None, "an extended space must be a plain space (no extends)")
     merged = {**base, **{k: v for k, v in data.items() if k not in ("extends", "params", "rules")}}

@@ -203,8 +203,63 @@ def test_unit_without_exec_start(tmp_path: Path, capsys: pytest.CaptureFixture[s
     path = _write(tmp_path, _base(), unit="[Unit]\nDescription=x\n[Service]\nType=simple\n")
     code, err = _validate(path, capsys)
     assert code == 2
-    assert "sim.service" in err
-    assert "ExecStart" in err
+    # One problem, one line, naming its file.
+    assert err.splitlines() == [
+        f"autotune: error: {tmp_path / 'sim.service'}: ExecStart: no ExecStart= in [Service]"
+    ]
+
+
+def test_a_unit_that_is_not_an_ini_file_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, _base(), unit="#!/bin/sh\nexec python -m sglang.launch_server\n")
+    code, err = _validate(path, capsys)
+    assert code == 2
+    assert err.splitlines() == [
+        f"autotune: error: {tmp_path / 'sim.service'}: [Service]: "
+        "the unit has no [Service] section"
+    ]
+
+
+def test_a_local_unit_file_may_be_above_the_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    units = tmp_path / "units"
+    units.mkdir()
+    (units / "sglang.service").write_text(UNIT)
+    study = tmp_path / "study"
+    study.mkdir()
+    path = study / "autotune.yaml"
+    path.write_text(yaml.safe_dump(_set(_base(), "target.unit_file", "../units/sglang.service")))
+    code, err = _validate(path, capsys)
+    assert code == 0, err
+    assert load_config(path).target.unit_file == units / "sglang.service"
+
+
+@pytest.mark.parametrize("where", ["config", "space"])
+def test_a_key_given_twice_is_refused_with_both_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    if where == "config":
+        text = yaml.safe_dump(_base(), sort_keys=False) + "benchmark:\n  concurrency: [64]\n"
+        path = _write(tmp_path, text)
+        first = text.splitlines().index("benchmark:") + 1
+        file, key = path, "benchmark"
+    else:
+        space = (REPO / "search_spaces" / "sglang-mtp.yaml").read_text()
+        file = tmp_path / "space.yaml"
+        file.write_text(space + "memory_grows_with: [speculative_eagle_topk]\n")
+        first = space.splitlines().index("memory_grows_with: [speculative_num_steps]") + 1
+        path = _write(tmp_path, _set(_base(), "search_space", str(file)))
+        key = "memory_grows_with"
+    lines = file.read_text().splitlines()
+    last = max(i for i, line in enumerate(lines, 1) if line.startswith(f"{key}:"))
+    code, err = _validate(path, capsys)
+    assert code == 2
+    assert err.splitlines() == [
+        f"autotune: error: {file}: {key}: appears twice (lines {first} and {last}): "
+        "YAML would keep only the second; remove one"
+    ]
 
 
 def test_cli_process_prints_no_traceback(tmp_path: Path) -> None:

@@ -254,3 +254,85 @@ def test_relative_sqlite_path_follows_the_config_and_readers_create_nothing(
     missing = autotune("status", "--config", str(home / "typo.yaml"), cwd=elsewhere)
     assert missing.returncode == 1 and "no study database at" in missing.stderr
     assert not (home / "typo.db").exists()
+
+
+def test_a_terminal_shows_one_live_status_line_and_status_shows_it_too(tmp_path: Path) -> None:
+    """On a terminal the study keeps one live line (trial, config, level, tok/s) under the
+    log instead of periodic progress lines; `autotune status` prints the same line."""
+    import os
+    import pty
+    import re
+    import subprocess
+    import sys
+    import time
+
+    config = study_dir(tmp_path, n_trials=2, sim_flags="--sim-load-time 2")
+    master, slave = pty.openpty()
+    env = {**os.environ, "AUTOTUNE_LOG_FORMAT": "console", "TERM": "xterm", "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "start", "--config", str(config)],
+        cwd=tmp_path, stdin=slave, stdout=slave, stderr=slave, env=env,
+    )  # fmt: skip
+    os.close(slave)
+    out = b""
+    seen_now = ""
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break  # the child closed the terminal
+            if not chunk:
+                break
+            out += chunk
+            if not seen_now and b"level 1/2" in out:
+                now = autotune("status", "--config", str(config), cwd=tmp_path)
+                seen_now = next((ln for ln in now.stdout.splitlines() if ln.startswith("now:")), "")
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    text = out.decode(errors="replace")
+    assert "\r\x1b[K" in text  # the line is redrawn in place
+    # The baseline is the unit's own flags (study_dir's: steps 3, topk 1, draft 4).
+    baseline = "trial 1/2 (#0) · num_steps=3 eagle_topk=1 num_draft_tokens=4"
+    assert f"{baseline} · loading (" in text
+    assert re.search(re.escape(f"{baseline} · level 1/2 (c=1, measuring) · ") + r"\d+ tok/s", text)
+    assert "benchmarking" not in text  # no periodic progress lines on a terminal
+    assert seen_now.startswith("now: trial 1/2 (#0)"), seen_now
+    assert text.rstrip().endswith("\x1b[K") or "\r\x1b[K" in text[-200:]  # cleared at exit
+
+
+def test_a_sped_up_rehearsal_records_real_server_units(tmp_path: Path) -> None:
+    """--sim-speedup 3 runs the simulated server three times faster; the study's figures
+    are the same as at real speed (measured side by side), and the report says rehearsal."""
+    import optuna
+
+    recorded = {}
+    for speedup in (1, 3):
+        folder = tmp_path / f"x{speedup}"
+        folder.mkdir()
+        config = study_dir(
+            folder,
+            n_trials=1,
+            sim_flags=f"--sim-load-time 0.2 --sim-noise 0 --sim-speedup {speedup}",
+        )
+        proc = autotune("start", "--config", str(config), cwd=folder)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{folder / 'study.db'}")
+        (trial,) = [t for t in study.trials if t.state.name == "COMPLETE"]
+        recorded[speedup] = trial.user_attrs
+        if speedup == 3:
+            assert trial.user_attrs["rehearsal_speedup"] == 3
+            report = autotune("report", "--config", str(config), "--out", str(folder), cwd=folder)
+            assert report.returncode == 0, report.stderr
+            html = next(folder.glob("*-report.html")).read_text()
+            assert "A rehearsal" in html and "3x faster than real time" in html
+        else:
+            assert "rehearsal_speedup" not in trial.user_attrs
+    for key in ("output_tok_s@c1", "output_tok_s@c4", "itl_p50_ms@c1"):
+        ratio = recorded[3][key] / recorded[1][key]
+        assert 0.85 < ratio < 1.15, (key, recorded[1][key], recorded[3][key])

@@ -75,6 +75,14 @@ WINDOW_DESCRIPTION = (
 )
 
 
+#: Latency percentiles (LevelResult fields): multiplied back by a rehearsal's speed-up.
+_LATENCIES = tuple(
+    f"{kind}_{q}"
+    for kind in ("ttft_ms", "itl_ms", "tpot_ms", "e2e_s")
+    for q in ("p50", "p90", "p99")
+)
+
+
 @dataclass(frozen=True)
 class LevelResult:
     """One concurrency level, measured. Latencies in ms (e2e in s); rates per second.
@@ -180,6 +188,32 @@ class LevelResult:
     def error_share(self) -> float:
         attempts = self.requests + self.errors
         return self.errors / attempts if attempts else 0.0
+
+    def in_server_time(self, time_scale: float) -> LevelResult:
+        """This level as the server it stands for would show it, when the measured one ran
+        `time_scale` times faster (a sped-up rehearsal): rates divided, durations and
+        latencies multiplied; counts, shares and the relative CI unchanged."""
+        if time_scale == 1.0:
+            return self
+        k = time_scale
+
+        def slow(v: float | None) -> float | None:
+            return None if v is None else v * k
+
+        return dataclasses.replace(
+            self,
+            output_throughput=self.output_throughput / k,
+            total_throughput=self.total_throughput / k,
+            request_rate=self.request_rate / k,
+            ci_halfwidth_tok_s=self.ci_halfwidth_tok_s / k,
+            window_s=self.window_s * k,
+            ramp_up_s=self.ramp_up_s * k,
+            drain_s=self.drain_s * k,
+            duration_s=self.duration_s * k,
+            **{name: slow(getattr(self, name)) for name in _LATENCIES},
+            attempt_throughputs=tuple(v / k for v in self.attempt_throughputs),
+            notes=(*self.notes, f"a rehearsal {k:g}x faster than real time: real-server units"),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, JSON-safe (no NaN or infinity; tuples as lists)."""

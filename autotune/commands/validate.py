@@ -52,8 +52,18 @@ def run(cfg: Config) -> list[Finding]:
         if cfg.target.unit_copy is not None:
             check("unit copy", lambda: _unit_copy(cfg, unit_text[0]))
         check("unit", lambda: _unit(cfg, unit_text[0]))
-        check("server", lambda: _server(cfg, unit_text[0]))
+        if _parses(unit_text[0]):
+            # A unit that does not parse was said once, above: one problem, one line.
+            check("server", lambda: _server(cfg, unit_text[0]))
     return findings
+
+
+def _parses(text: str) -> bool:
+    try:
+        unitfile.parse_exec_start(text)
+    except ConfigError:
+        return False
+    return True
 
 
 def _storage(cfg: Config) -> str:
@@ -188,7 +198,7 @@ def _unit(cfg: Config, text: str) -> str:
 def _server(cfg: Config, text: str) -> str:
     """The benchmark must reach the server from here, not only from the GPU host."""
     url = cfg.target.base_url
-    flags = unitfile.parse_exec_start(text).flags()
+    flags = unitfile.parse_exec_start(text, source=str(cfg.target.unit_file)).flags()
     listens = flags.get("--host")
     here = urlparse(url).hostname or ""
     loopback = ("127.0.0.1", "localhost", "::1")

@@ -28,6 +28,10 @@ class ServerInfo:
     launch_flags: dict[str, str | bool] | None = None
     """The flags on the server's own record of its command line, each with its value (True
     for a bare switch); None when the engine keeps no such record."""
+    time_scale: float = 1.0
+    """How many times faster than the server it stands for this one runs: 1 for a real
+    server; autotune's simulator in a sped-up rehearsal (`--sim-speedup`) says so. Every
+    figure autotune records is converted back to real-server units."""
 
 
 #: Failure kinds that are the installed server's or the unit's fault, never the trial's

@@ -215,6 +215,9 @@ class SGLangEngine:
             version=version,
             raw=data,
             launch_flags=launch_flags(data.get("launch_command")),
+            # autotune's simulator in a sped-up rehearsal (docs/rehearsal.md); SGLang has no
+            # such key.
+            time_scale=_positive_float(data.get("sim_speedup")) or 1.0,
         )
 
     async def counters(self, base_url: str, api_key: str | None) -> Counters | None:
@@ -531,3 +534,9 @@ def _last_line(lines: list[str]) -> str:
         if line.strip():
             return line.strip()
     return ""
+
+
+def _positive_float(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None

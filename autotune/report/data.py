@@ -114,6 +114,9 @@ class StudyData:
     declared_best: int | None = None
     time: str = ""
     """Time spent so far, per trial, and what is left (`estimate.sentence`)."""
+    rehearsal_speedup: float | None = None
+    """A rehearsal on the simulated server run this many times faster than real time
+    (`--sim-speedup`); its figures are in real-server units."""
 
     def trial(self, number: int) -> TrialRow:
         return next(t for t in self.trials if t.number == number)
@@ -160,6 +163,14 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
         min_running_requests=cfg.objective.constraints.min_running_requests,
         level_sample=_level_sample(rows),
         time=_time(cfg, study),
+        rehearsal_speedup=max(
+            (
+                float(t.user_attrs["rehearsal_speedup"])
+                for t in finished
+                if t.user_attrs.get("rehearsal_speedup")
+            ),
+            default=None,
+        ),
         **_validation(study.user_attrs.get(FINALISTS)),
     )
 

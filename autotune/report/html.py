@@ -153,6 +153,12 @@ def _summary(page: Page) -> str:
         f'<p class="note">Time: {spent}storage <code>{esc(d.storage)}</code>; '
         f"generated {esc(page.generated)}.</p>"
     )
+    if d.rehearsal_speedup:
+        body += (
+            f'<p class="bad"><b>A rehearsal</b> on the simulated server, run '
+            f"{d.rehearsal_speedup:g}x faster than real time: throughput and latencies are in "
+            "real-server units; wall-clock times are the rehearsal's own.</p>"
+        )
     winner = d.winner
     if winner is None:
         body += '<p class="bad"><b>No feasible trial yet</b>: nothing to apply.</p>'

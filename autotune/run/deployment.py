@@ -17,6 +17,7 @@ from autotune.engines import get_engine
 from autotune.errors import AutotuneError, ServerFailed
 from autotune.log import get
 from autotune.run.checks import api_key
+from autotune.run.locking import server_key
 from autotune.run.trial import TrialPipeline
 from autotune.search import study as st
 from autotune.store import storage
@@ -109,10 +110,12 @@ def restore_original(cfg: Config) -> None:
 
 def state_dir(cfg: Config) -> Path:
     """A local-process server's logs and pidfile: beside a SQLite study, else beside the
-    config; one folder per worker, so that a server left by a killed worker is found by the
-    next start."""
+    config; one folder per server (its unit and address) and worker, so that a server left
+    by a killed worker is found by the next start, and configs for several servers in one
+    folder do not share one."""
     if storage.sqlite_file(cfg.study.storage) is not None:
         base = artifact_dir(cfg.study.storage)
     else:
         base = Path(cfg.source).resolve().parent / "autotune-artifacts"
-    return base / ("local-process" if cfg.worker is None else f"local-process-{cfg.worker}")
+    name = f"local-process-{cfg.target.unit_file.stem}-{server_key(cfg.target.base_url)}"
+    return base / (name if cfg.worker is None else f"{name}-{cfg.worker}")

@@ -22,8 +22,8 @@ from autotune.errors import AutotuneError, DeployError, ServerFailed, StudyStopp
 from autotune.log import get
 from autotune.run import finalists
 from autotune.run.checks import api_key, check_flags, check_unit
-from autotune.run.deployment import deploy_trial, deployer_for, state_dir
-from autotune.run.locking import ProcessLock
+from autotune.run.deployment import deploy_trial, deployer_for
+from autotune.run.locking import server_lock
 from autotune.run.stopping import StopRequest, TrialInterrupted
 from autotune.run.trial import TrialPipeline
 from autotune.run.worker import POLL_S, Tally, Worker, confirm_crash
@@ -80,13 +80,12 @@ def run_study(
 
 def local_lock(cfg: Config) -> contextlib.AbstractContextManager[Any]:
     """One worker per server: a systemd host has its own lock (target.systemd.lock_file);
-    a local process is guarded by a lock in its state folder."""
+    a local process is guarded by the lock of the address it serves."""
     if cfg.target.deploy != "local-process":
         return contextlib.nullcontext()
-    state = state_dir(cfg)
-    return ProcessLock(
-        state / "worker.lock",
-        f"the server of {cfg.target.unit_file} ({cfg.target.base_url})",
+    return server_lock(
+        cfg.target.base_url,
+        f"the server at {cfg.target.base_url} ({cfg.target.unit_file}, config {cfg.source})",
     )
 
 

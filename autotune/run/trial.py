@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from autotune import bench
+from autotune import log as alog
 from autotune.bench.pool import pool_levels
 from autotune.config import Config
 from autotune.deploy.base import Deployer
@@ -182,8 +183,9 @@ class TrialPipeline:
                 if r.get(key) is not None:
                     attrs[f"{name}@c{c}"] = round(float(r[key]), 2)
         # What the adaptive stopping rule saved against always running max_duration.
+        longest = self.cfg.benchmark.max_duration * info.time_scale  # in the levels' units
         attrs["adaptive_saved_s"] = round(
-            sum(max(0.0, self.cfg.benchmark.max_duration - r["window_s"]) for r in per_level), 1
+            sum(max(0.0, longest - r["window_s"]) for r in per_level), 1
         )
         attrs["degenerate_share"] = round(max(r["degenerate_share"] for r in per_level), 3)
         accepts = [r["accept_length"] for r in per_level if r.get("accept_length")]
@@ -240,7 +242,8 @@ class TrialPipeline:
                     text = self.deployer.logs()
                     reason = f"not ready after {self.cfg.target.ready_timeout:.0f} s"
                     raise ServerFailed("not_ready", reason, _tail(text))
-                if now >= next_note:
+                alog.progress(level=f"loading ({now - started:.0f} s)", tok_s=None)
+                if now >= next_note and not alog.live():
                     log.info("loading", waited_s=round(now - started), last_log=_last_line(self))
                     next_note = now + 5.0
                 time.sleep(0.25)
@@ -263,10 +266,12 @@ class TrialPipeline:
                 **({"warmup_requests": b.warmup_requests} if b.warmup_requests is not None else {}),
             )
             log_before = len(self.deployer.logs())
-            note = _progress_logger(i, len(b.concurrency), c)
+            note = _progress_logger(i, len(b.concurrency), c, info.time_scale)
             measured = {k: r.output_throughput for k, r in results.items()}
             give_up = plan.give_up(c, measured)
-            row = self._measure_level(settings, note, log_before, give_up)
+            if give_up is not None:
+                give_up.time_scale = info.time_scale
+            row = self._measure_level(settings, note, log_before, give_up, info.time_scale)
             value = row.output_throughput
             if give_up is not None and give_up.verdict is not None and row.cut_short:
                 results[c] = row
@@ -290,7 +295,9 @@ class TrialPipeline:
                     target=_pm(b.ci_width),
                 )
                 self.stop.check()
-                again = self._measure_level(settings, note, len(self.deployer.logs()))
+                again = self._measure_level(
+                    settings, note, len(self.deployer.logs()), time_scale=info.time_scale
+                )
                 row = pool_levels(row, again, b.ci_width)
             results[c] = row
             log.info(
@@ -339,6 +346,7 @@ class TrialPipeline:
         note: Callable[[dict[str, Any]], None],
         log_from: int,
         give_up: bench.GiveUpFn | None = None,
+        time_scale: float = 1.0,
     ) -> bench.LevelResult:
         """One run of a level, with the server's own counters read around it."""
         url = self.cfg.target.base_url
@@ -379,7 +387,7 @@ class TrialPipeline:
         if level.accept_length is None:  # per-request counts beat the log's average
             logged = self.engine.accept_length_from_log(self.deployer.logs()[log_from:])
             level = dataclasses.replace(level, accept_length=logged)
-        return level
+        return level.in_server_time(time_scale)
 
     def _canonical(self, config: dict[str, Any]) -> dict[str, Any]:
         """The config without knobs that do not apply to it (a server that resolved the
@@ -501,6 +509,8 @@ def _info_attrs(info: ServerInfo) -> dict[str, Any]:
         "max_running_requests": info.max_running_requests,
         "max_total_num_tokens": info.max_total_num_tokens,
         "server_version": info.version,
+        # A sped-up rehearsal says so on every trial it measured (the report repeats it).
+        **({"rehearsal_speedup": info.time_scale} if info.time_scale != 1.0 else {}),
     }
 
 
@@ -537,12 +547,26 @@ def _last_error(text: str) -> str:
 _PROGRESS_KEYS = ("phase", "elapsed_s", "window_s", "requests", "errors", "tok_s", "ci")
 
 
-def _progress_logger(i: int, n: int, c: int) -> Callable[[dict[str, Any]], None]:
+def _progress_logger(
+    i: int, n: int, c: int, time_scale: float = 1.0
+) -> Callable[[dict[str, Any]], None]:
+    """The level's progress: on the status line (a terminal), else a log line every 2 s
+    (tok/s in real-server units, a rehearsal's speed-up taken out)."""
     last = [0.0]
+    alog.progress(level=f"level {i}/{n} (c={c})", tok_s=None)
 
     def note(p: dict[str, Any]) -> None:
+        tok_s = p.get("tok_s")
+        if isinstance(tok_s, (int, float)):
+            p = {**p, "tok_s": round(tok_s / time_scale, 1)}
+            tok_s = p["tok_s"]
+        phase = p.get("phase")
+        alog.progress(
+            level=f"level {i}/{n} (c={c}{f', {phase}' if phase else ''})",
+            tok_s=f"{tok_s:.0f} tok/s" if isinstance(tok_s, (int, float)) else None,
+        )
         now = time.monotonic()
-        if now - last[0] >= 2.0:
+        if not alog.live() and now - last[0] >= 2.0:
             last[0] = now
             shown = {k: v for k, v in p.items() if k in _PROGRESS_KEYS and v is not None}
             log.info("benchmarking", level=f"{i}/{n}", concurrency=c, **shown)

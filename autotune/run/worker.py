@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 import optuna
 from optuna.trial import TrialState
 
+from autotune import log as alog
 from autotune.config import Config
 from autotune.errors import DeployError, StudyStopped
 from autotune.log import get
@@ -172,6 +173,7 @@ class Worker:
         fits = e.fits(self.deadline)
         extra = {} if fits is None else {"before_deadline": f"about {fits} of {e.remaining} trials"}
         log.info("time left: " + estimate.sentence(e), **extra)
+        alog.progress(left=f"about {estimate.duration(e.left_s)} left")
 
     def propose(self) -> st.Proposal | None:
         return st.propose(self.study, self.cfg, self.baseline, worker=self.name)
@@ -185,6 +187,13 @@ class Worker:
             trial=trial.number,
             config=params if params is not None else "unit file as is",
             **({"baseline": True} if p.baseline else {}),
+        )
+        shown = " ".join(f"{k.removeprefix('speculative_')}={v}" for k, v in (params or {}).items())
+        alog.progress(
+            trial=f"trial {p.position}/{self.cfg.study.n_trials} (#{trial.number})",
+            config=shown or "the unit as is",
+            level=None,
+            tok_s=None,
         )
         if params is not None:
             earlier = self.db(lambda: self._measured_or_measuring(params, trial.number))
@@ -202,7 +211,7 @@ class Worker:
                 return self._record_predicted(trial, params, predicted)
         try:
             plan = self.db(lambda: pruning.plan(self.cfg, self.study, params))
-            with st.heartbeat(self.study, trial):
+            with st.heartbeat(self.study, trial), st.progress_record(trial, alog.progress_text):
                 result = confirm_crash(self.measure)(
                     params, lambda c: st.find_measured(self.study, c), plan
                 )

@@ -158,9 +158,11 @@ class GiveUp:
     level: int
     measured: dict[int, float]
     verdict: Verdict | None = None
+    time_scale: float = 1.0
+    """The server's speed-up (a rehearsal): the window's tok/s back in real-server units."""
 
     def __call__(self, tok_s: float, ci: float) -> bool:
-        live = {**self.measured, self.level: tok_s}
+        live = {**self.measured, self.level: tok_s / self.time_scale}
         self.verdict = self.plan.verdict(live, {self.level: ci / 1.96})
         return self.verdict is not None
 

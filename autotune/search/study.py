@@ -406,6 +406,26 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial) -> contextlib.AbstractCo
     return Repeating(db.heartbeat_interval, lambda: db.record_heartbeat(trial_id), "heartbeat")
 
 
+#: How often a running trial's status line is written to the study (for `autotune status`).
+PROGRESS_EVERY_S = 5.0
+
+
+def progress_record(
+    trial: optuna.Trial, text: Callable[[], str]
+) -> contextlib.AbstractContextManager[Any]:
+    """Keep the running trial's `progress` attribute at the worker's status line, so that
+    `autotune status`, from anywhere, shows what the worker's terminal shows."""
+    last = [""]
+
+    def write() -> None:
+        now = text()
+        if now and now != last[0]:
+            trial.set_user_attr("progress", now)
+            last[0] = now
+
+    return Repeating(PROGRESS_EVERY_S, write, "progress record")
+
+
 # -- ownership, for recovering trials whose daemon died ---------------------------
 def owner(worker: str | None = None) -> dict[str, Any]:
     who: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "boot_id": _boot_id()}

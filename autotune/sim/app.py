@@ -69,7 +69,14 @@ class SimServer:
         noise = args.sim.noise
         # A restart of a real GPU server is never exactly as fast as the last one.
         factor = min(1.25, max(0.8, self.rng.gauss(1.0, noise))) if noise > 0 else 1.0
-        self.engine = Engine(profile, resolved, rng=self.rng, noise=noise, speed_factor=factor)
+        self.engine = Engine(
+            profile,
+            resolved,
+            rng=self.rng,
+            noise=noise,
+            speed_factor=factor,
+            time_scale=args.sim.speedup,
+        )
         self.model_name = args.served_model_name or args.model_path or profile.model_path
         self.ready = False
         self.created = int(time.time())
@@ -234,6 +241,9 @@ class SimServer:
             "startup_time": self.created,
             "frontend": "python",
         }
+        if self.args.sim.speedup != 1.0:
+            # Not SGLang's: the simulator's own word that it is a rehearsal, sped up.
+            info["sim_speedup"] = self.args.sim.speedup
         return json.dumps(info).encode()
 
     async def deprecated_server_info(

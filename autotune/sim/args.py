@@ -45,6 +45,9 @@ class SimOptions:
     seed: int | None = None
     profile: str = DEFAULT_PROFILE
     fault: Fault | None = None
+    speedup: float = 1.0
+    """A rehearsal faster than real time: the server runs this many times faster and says so
+    in /server_info (`sim_speedup`), so that autotune reports real-server units."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +164,13 @@ def _sim_load_time(flag: str, v: str) -> float:
     return x
 
 
+def _sim_speedup(flag: str, v: str) -> float:
+    x = _float(flag, v)
+    if not 1.0 <= x <= 10.0:
+        raise ArgError(f"argument {flag}: must be between 1 and 10, got {v!r}")
+    return x
+
+
 def _sim_noise(flag: str, v: str) -> float:
     x = _float(flag, v)
     if not 0.0 <= x <= 0.3:
@@ -204,6 +214,7 @@ _SIM_FLAGS: dict[str, tuple[str, Any]] = {
     "--sim-seed": ("seed", _int),
     "--sim-profile": ("profile", _sim_profile),
     "--sim-fault": ("fault", lambda f, v: parse_fault(v)),
+    "--sim-speedup": ("speedup", _sim_speedup),
 }
 
 
@@ -340,6 +351,8 @@ Simulator flags:
   --sim-seed N            make the noise and the sampled outputs reproducible
   --sim-fault SPEC        crash-on-start | hang-on-start | crash-after:N |
                           crash-once-after:N:MARKER | slow-start:SECONDS
+  --sim-speedup K         a rehearsal K times faster than real time (1-10; default 1): the
+                          server says so in /server_info, autotune reports real-server units
 
 --predict prints the noise-free steady state instead of serving, one JSON object per
 concurrency level (or per configuration of --space FILE).

@@ -143,6 +143,7 @@ class Engine:
         rng: random.Random,
         noise: float,
         speed_factor: float,
+        time_scale: float = 1.0,
     ) -> None:
         self.profile = profile
         self.resolved = resolved
@@ -150,6 +151,9 @@ class Engine:
         self.rng = rng
         self.noise = noise
         self.speed_factor = speed_factor
+        self.time_scale = time_scale
+        """A rehearsal's speed-up (--sim-speedup): every duration is this much shorter than
+        the model says, and what the server reports per second is in the model's units."""
         self.stats = Stats()
         self.waiting: deque[Req] = deque()
         self.running: list[Req] = []
@@ -230,10 +234,12 @@ class Engine:
                 self.on_iteration()
 
     def _jitter(self) -> float:
+        """Wall seconds per model second of this step: the start's speed, the step's jitter,
+        a rehearsal's speed-up."""
         if self.noise <= 0:
-            return self.speed_factor
+            return self.speed_factor / self.time_scale
         j = self.rng.gauss(1.0, self.noise)
-        return self.speed_factor * min(1.3, max(0.7, j))
+        return self.speed_factor * min(1.3, max(0.7, j)) / self.time_scale
 
     async def _sleep_until(self, loop: asyncio.AbstractEventLoop, deadline: float) -> float:
         delay = deadline - loop.time()
@@ -368,7 +374,7 @@ class Engine:
     def _log_decode(self, now: float, spec: model.Spec) -> None:
         st = self.stats
         span = max(now - self._log_t, 1e-9)
-        st.last_gen_throughput = self._log_tokens / span
+        st.last_gen_throughput = self._log_tokens / span / self.time_scale
         accept_len = accept_rate = None
         if spec.on and self._log_verify:
             accept_len = self._log_spec_tokens / self._log_verify

@@ -78,6 +78,7 @@ async def _life(args: SimArgs) -> int:
     logs.info(_server_args_line(args, profile))
     fault = args.sim.fault
     total = args.sim.load_time + (fault.value if fault and fault.kind == "slow-start" else 0.0)
+    total /= args.sim.speedup  # a sped-up rehearsal loads faster too
     await _load(profile, args, total, crash=bool(fault and fault.kind == "crash-on-start"))
     if isinstance(resolved, model.Refusal):
         _die(resolved)

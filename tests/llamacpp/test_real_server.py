@@ -170,7 +170,7 @@ def test_a_real_study_ends_feasible_with_the_best_config_serving(
     (tmp_path / "llama.service").write_text(unit_text(binary, model, port))
     config = tmp_path / "autotune.yaml"
     config.write_text(yaml.safe_dump(_config(tmp_path, port, n_trials=6, on_finish="apply-best")))
-    pidfile = tmp_path / "real-artifacts" / "local-process" / PIDFILE
+    pidfile = tmp_path / "real-artifacts" / f"local-process-llama-127.0.0.1-{port}" / PIDFILE
     try:
         proc = autotune("start", "--config", str(config), cwd=tmp_path, timeout=900)
         assert proc.returncode == 0, proc.stderr[-3000:]

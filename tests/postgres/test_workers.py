@@ -62,6 +62,15 @@ def _optuna_study(url: str, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=url)
 
 
+def _finished_by(study: optuna.Study, key: str) -> Counter[Any]:
+    """Finished trials per owner `key` (worker name, pid): who did the work."""
+    return Counter(
+        (t.user_attrs.get("owner") or {}).get(key)
+        for t in study.get_trials(deepcopy=False)
+        if t.state.name in FINISHED
+    )
+
+
 def test_one_config_three_hosts_shares_one_study(
     tmp_path: Path, hosts: list[SimHost], pg_url: str, pg_env: dict[str, str]
 ) -> None:
@@ -78,11 +87,7 @@ def test_one_config_three_hosts_shares_one_study(
     trials = status(config)["trials"]
     _assert_exact_and_no_twice(trials, n_trials)
     study = _optuna_study(pg_url, "fleet")
-    by_worker = Counter(
-        (t.user_attrs.get("owner") or {}).get("worker")
-        for t in study.get_trials(deepcopy=False)
-        if t.state.name in FINISHED
-    )
+    by_worker = _finished_by(study, "worker")
     assert set(by_worker) == {"gpu1", "gpu2", "gpu3"}, by_worker  # every host took trials
 
     # The finalists ran once, on one worker; every host ends on the declared best.
@@ -313,3 +318,59 @@ def test_a_host_that_goes_down_takes_only_its_own_worker_out(
     assert failed and all(t["failure"] == "infrastructure" for t in failed), failed
     for t in failed:  # each config the host could not run was measured by the other
         assert [m for m in _measured(trials) if m["params"] == t["params"]], t
+
+
+def test_three_configs_in_one_folder_drive_three_local_servers(
+    tmp_path: Path, pg_url: str, pg_env: dict[str, str]
+) -> None:
+    """One worker per server, not per folder: three configs side by side, each with its
+    own unit and port, share one study; a fourth config for a server already driven is
+    refused, naming that server."""
+    import yaml
+
+    from tests.e2e import sim_unit
+
+    n_trials = 6
+    configs = []
+    for i in (1, 2, 3):
+        port = free_port()
+        (tmp_path / f"sim{i}.service").write_text(
+            sim_unit(
+                port,
+                "--speculative-num-steps 3 --speculative-eagle-topk 1 "
+                "--speculative-num-draft-tokens 4",
+            )
+        )
+        path = tmp_path / f"sim{i}.yaml"
+        path.write_text(yaml.safe_dump({
+            "study": {"name": "side-by-side", "storage": pg_url, "n_trials": n_trials, "seed": i},
+            "target": {"unit_file": f"sim{i}.service", "base_url": f"http://127.0.0.1:{port}",
+                       "ready_timeout": 60},
+            "search_space": "sglang-mtp.yaml",
+            "benchmark": {"concurrency": [1, 4], "workload": "natural", "max_tokens": 64,
+                          "min_duration": 1.0, "max_duration": 1.5, "warmup_requests": 1,
+                          "finalists": 0},
+            "objective": {"constraints": {"min_running_requests": 4}},
+        }, sort_keys=False))  # fmt: skip
+        configs.append(path)
+    workers = [Daemon("--config", str(c), cwd=tmp_path) for c in configs]
+    try:
+        workers[0].wait_for("trial ")
+        # Another config for sim1's server (same address, another unit file): refused.
+        twin = tmp_path / "twin.yaml"
+        twin.write_text(configs[0].read_text().replace("sim1.service", "sim2.service"))
+        refused = autotune("start", "--config", str(twin), cwd=tmp_path, timeout=60)
+        assert refused.returncode == 1, refused.stderr
+        line = next(ln for ln in refused.stderr.splitlines() if "already driven" in ln)
+        url = yaml.safe_load(configs[0].read_text())["target"]["base_url"]
+        assert f"the server at {url}" in line and f"pid {workers[0].proc.pid}" in line
+        assert "Traceback" not in refused.stderr
+        for w in workers:
+            assert w.wait(timeout=400) == 0, w.log[-3000:]
+    finally:
+        for w in workers:
+            w.kill()
+    trials = status(configs[0])["trials"]
+    _assert_exact_and_no_twice(trials, n_trials)
+    pids = _finished_by(_optuna_study(pg_url, "side-by-side"), "pid")
+    assert set(pids) == {w.proc.pid for w in workers}, pids  # all three ran trials
