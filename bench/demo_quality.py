@@ -9,7 +9,7 @@ noise-free model, under the study's own objective and constraints, and
 reports the best trial's true value as a share of the true optimum.
 
 `--runs N` runs the demo N times from scratch, each in a fresh folder against
-the real simulated server (`make run` without the make: about 6 minutes each),
+the real simulated server (`make run` without the make: about 2.5 minutes each),
 and counts how often the declared best is the true optimum. `--replay N` plays
 the same study N times in process against the simulator's model and noise
 (`bench/efficiency/simulated.py`), seconds in all: for choosing settings, not

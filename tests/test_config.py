@@ -216,8 +216,7 @@ def test_a_unit_that_is_not_an_ini_file_is_named(
     code, err = _validate(path, capsys)
     assert code == 2
     assert err.splitlines() == [
-        f"autotune: error: {tmp_path / 'sim.service'}: [Service]: "
-        "the unit has no [Service] section"
+        f"autotune: error: {tmp_path / 'sim.service'}: [Service]: the unit has no [Service] section"
     ]
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import optuna
+import pytest
 import yaml
 
 from autotune import cli, engines
@@ -99,9 +100,14 @@ class ToyEngine:
         return None
 
 
-def test_a_registered_engine_runs_init_validate_and_start(tmp_path: Path) -> None:
+def test_a_registered_engine_runs_init_validate_and_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     space = tmp_path / "toy-space.yaml"
     space.write_text(yaml.safe_dump(SPACE))
+    # The registry as it was comes back after the test (other tests list the known engines).
+    monkeypatch.setattr(engines, "_FACTORIES", dict(engines._FACTORIES))
+    monkeypatch.setattr(engines, "_ALIASES", dict(engines._ALIASES))
     engines.register("toy", lambda: ToyEngine(space))
     server = tmp_path / "toyserve.py"
     server.write_text(STAND_IN)
