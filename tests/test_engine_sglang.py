@@ -40,8 +40,8 @@ def test_get_engine() -> None:
     e: Engine = get_engine("SGLang")
     assert isinstance(e, SGLangEngine) and e.name == "sglang"
     assert e.ready_paths() == ("/ready", "/health")
-    with pytest.raises(ConfigError, match="unknown engine 'vllm'"):
-        get_engine("vllm")
+    with pytest.raises(ConfigError, match=r"unknown engine 'tgi' \(known: sglang, llama.cpp, vllm"):
+        get_engine("tgi")
 
 
 # --------------------------------------------------------------------------- log parsers

@@ -77,6 +77,9 @@ class ToyEngine:
     async def counters(self, base_url: str, api_key: str | None) -> Counters | None:
         return None
 
+    def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:
+        return None
+
     def capacity_from_log(self, log_text: str) -> tuple[int | None, int | None]:
         return None, None
 

@@ -314,7 +314,10 @@ def test_boolean_and_valued_flags_switch_both_ways() -> None:
 
 @pytest.mark.parametrize(
     "value",
-    ["a b", "", 'say "hi"', "it's", "50%", "$HOME", "back\\slash", "tab\t", ";", "--dash", "-1"],
+    [
+        *("a b", "", 'say "hi"', "it's", "50%", "$HOME", "back\\slash", "tab\t", ";", "--dash"),
+        *("-1", '{"method": "ngram", "num_speculative_tokens": 3}', '{"a": "it\'s"}'),
+    ],
 )
 def test_values_that_need_quoting_read_back_exactly(value: str) -> None:
     text = "[Service]\nExecStart=/usr/bin/env true --x 1\n"
@@ -329,6 +332,8 @@ def test_quote_word_leaves_plain_words_alone() -> None:
     assert quote_word("/srv/a b") == '"/srv/a b"'
     assert quote_word("50%") == "50%%"
     assert quote_word("$X", env_expand=False) == "$X"
+    # JSON reads as the engine's docs write it.
+    assert quote_word('{"k": 3}') == "'{\"k\": 3}'"
 
 
 @pytest.mark.parametrize("bad", ["speculative-num-steps", "-x", "--a=b", "--a b", "--"])

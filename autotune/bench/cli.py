@@ -195,6 +195,7 @@ async def _run(
                 "accepted_tokens": server.accepted_tokens,
                 "accept_length": server.accept_length,
                 "draft_acceptance": server.acceptance,
+                "acceptance_per_position": server.acceptance_per_position,
             }
         if args.json:
             print(json.dumps(row), file=out, flush=True)
@@ -222,6 +223,9 @@ def _server_line(result: LevelResult, server: Counters) -> str:
         parts.append(f"accept length {server.accept_length:.2f}")
     if server.acceptance is not None:
         parts.append(f"{server.acceptance:.1%} of drafted tokens accepted")
+    if server.acceptance_per_position is not None:
+        rates = ", ".join(f"{r:.2f}" for r in server.acceptance_per_position)
+        parts.append(f"by position {rates}")
     return ", ".join(parts) or "no counts"
 
 

@@ -238,4 +238,7 @@ class LevelResult:
             out["server_drafts"] = self.server.drafts
             out["server_accept_length"] = self.server.accept_length
             out["server_draft_acceptance"] = self.server.acceptance
+            per_position = self.server.acceptance_per_position
+            if per_position is not None:
+                out["server_acceptance_per_position"] = [round(r, 4) for r in per_position]
         return out

@@ -81,5 +81,12 @@ def _llamacpp() -> Engine:
     return LlamaCppEngine()
 
 
+def _vllm() -> Engine:
+    from autotune.engines.vllm import VLLMEngine
+
+    return VLLMEngine()
+
+
 register("sglang", _sglang)
 register("llama.cpp", _llamacpp, aliases=("llamacpp", "llama-cpp"))
+register("vllm", _vllm)

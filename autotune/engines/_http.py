@@ -14,6 +14,12 @@ import httpx
 from autotune.errors import ConfigError, ServerFailed
 
 
+def open_client(base_url: str, api_key: str | None, timeout: float) -> httpx.AsyncClient:
+    """An async client for the server at `base_url`, sending the API key when there is one."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
+
+
 async def get_json(
     client: httpx.AsyncClient,
     *paths: str,

@@ -36,7 +36,7 @@ class ServerInfo:
 
 #: Failure kinds that are the installed server's or the unit's fault, never the trial's
 #: config: the study stops with one line instead of recording every trial as infeasible.
-STUDY_FAILURES = ("unsupported_flag", "model_load")
+STUDY_FAILURES = ("unsupported_flag", "malformed_flag", "model_load")
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,9 @@ class Failure:
     kind: str
     """One of: refused, out_of_memory, crash_on_start, not_ready, crash_during_benchmark,
     context_too_small (requests do not fit the server's context), port_in_use, and the
-    STUDY_FAILURES: unsupported_flag (this build does not have the flag), model_load."""
+    STUDY_FAILURES: unsupported_flag (this build does not have the flag, or the field of a
+    JSON flag), malformed_flag (a value not in the form the build parses, such as text that is
+    not JSON for a JSON flag), model_load."""
     reason: str
     flag: str | None = None
     """The launch flag the server named, when it named one."""
@@ -62,6 +64,9 @@ class Counters:
     accepted_tokens: float | None = None
     drafts: float | None = None
     """Verify steps that checked a draft."""
+    accepted_per_position: tuple[float, ...] | None = None
+    """Accepted draft tokens by their place in the draft (0 first), where the server counts
+    them (vLLM): position k is accepted only if every earlier one was."""
 
     def since(self, before: Counters) -> Counters:
         """The counts between `before` and this snapshot."""
@@ -74,6 +79,7 @@ class Counters:
             minus(self.draft_tokens, before.draft_tokens),
             minus(self.accepted_tokens, before.accepted_tokens),
             minus(self.drafts, before.drafts),
+            _positions(self.accepted_per_position, before.accepted_per_position, -1.0),
         )
 
     def plus(self, other: Counters) -> Counters:
@@ -87,7 +93,16 @@ class Counters:
             add(self.draft_tokens, other.draft_tokens),
             add(self.accepted_tokens, other.accepted_tokens),
             add(self.drafts, other.drafts),
+            _positions(self.accepted_per_position, other.accepted_per_position, 1.0),
         )
+
+    @property
+    def acceptance_per_position(self) -> tuple[float, ...] | None:
+        """Share of drafts whose token at each position was accepted; None where the server
+        does not count by position or nothing was drafted."""
+        if not self.drafts or self.accepted_per_position is None:
+            return None
+        return tuple(a / self.drafts for a in self.accepted_per_position)
 
     @property
     def accept_length(self) -> float | None:
@@ -102,6 +117,18 @@ class Counters:
         if not self.draft_tokens or self.accepted_tokens is None:
             return None
         return self.accepted_tokens / self.draft_tokens
+
+
+def _positions(
+    a: tuple[float, ...] | None, b: tuple[float, ...] | None, sign: float
+) -> tuple[float, ...] | None:
+    """a + sign * b by position; a position one side has not seen yet counts zero there (a
+    counter the server creates when it is first incremented)."""
+    if a is None or b is None:
+        return None
+    n = max(len(a), len(b))
+    a, b = (*a, *[0.0] * (n - len(a))), (*b, *[0.0] * (n - len(b)))
+    return tuple(x + sign * y for x, y in zip(a, b, strict=True))
 
 
 class Engine(Protocol):
@@ -138,6 +165,11 @@ class Engine(Protocol):
 
         Read before and after a level; the difference is that level's server-side count.
         """
+
+    def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:
+        """The server's record of its own command line as its startup log prints it (each flag
+        with its value, True for a bare switch); None when the log has none. Read when
+        `server_info` has no `launch_flags`."""
 
     def capacity_from_log(self, log_text: str) -> tuple[int | None, int | None]:
         """(max_total_num_tokens, max_running_requests) from the startup log, if printed."""

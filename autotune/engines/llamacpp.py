@@ -34,7 +34,7 @@ from typing import Any
 
 import httpx
 
-from autotune.engines._http import get_json
+from autotune.engines._http import get_json, open_client
 from autotune.engines._text import clip, describe_exit, opt_int, prometheus
 from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.errors import ServerFailed
@@ -150,7 +150,7 @@ class LlamaCppEngine:
         `max_total_num_tokens` is left to the startup log (`capacity_from_log`):
         only it says whether the slots share one KV pool.
         """
-        async with _client(base_url, api_key, self.timeout) as client:
+        async with open_client(base_url, api_key, self.timeout) as client:
             props = await get_json(client, "/props")
             # /slots is off with --no-slots.
             slots = await get_json(client, "/slots", missing=(404, 501))
@@ -173,7 +173,7 @@ class LlamaCppEngine:
 
     async def counters(self, base_url: str, api_key: str | None) -> Counters | None:
         """`/metrics` counters; None when the server runs without `--metrics`."""
-        async with _client(base_url, api_key, self.timeout) as client:
+        async with open_client(base_url, api_key, self.timeout) as client:
             try:
                 response = await client.get("/metrics")
             except httpx.HTTPError:
@@ -187,6 +187,9 @@ class LlamaCppEngine:
             accepted_tokens=m.get("llamacpp:spec_decode_num_accepted_tokens_total", 0.0),
             drafts=m.get("llamacpp:spec_decode_num_drafts_total", 0.0),
         )
+
+    def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:
+        return None  # llama-server prints no record of its command line
 
     def capacity_from_log(self, log_text: str) -> tuple[int | None, int | None]:
         """(KV tokens in all, slots) from the last `initializing, n_slots = ...` line."""
@@ -306,9 +309,6 @@ class LlamaCppEngine:
 # ---------------------------------------------------------------------- HTTP
 
 
-def _client(base_url: str, api_key: str | None, timeout: float) -> httpx.AsyncClient:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx.AsyncClient(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout)
 
 
 def _running_types(slots: Any) -> str | None:

@@ -259,6 +259,9 @@ class SGLangEngine:
     def flag_problems(self, help_text: str, flags: list[str]) -> dict[str, str]:
         return {}
 
+    def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:
+        return None  # its record is on /server_info (launch_command), not in the log
+
     def capacity_from_log(self, log_text: str) -> tuple[int | None, int | None]:
         """(max_total_num_tokens, max_running_requests) of the last scheduler capacity line;
         for a hybrid model whose state cache capped the requests (0.5.17 on), that cap."""

@@ -50,11 +50,24 @@ def unit_of_trial(pipeline: TrialPipeline, t: optuna.trial.FrozenTrial) -> str:
     return pipeline.unit_for(dict(config) if config else None)
 
 
-def deploy_trial(deployer: Deployer, pipeline: TrialPipeline, t: optuna.trial.FrozenTrial) -> None:
-    """Deploy trial `t`'s config: its unit and its companion files."""
+def deploy_trial(
+    deployer: Deployer,
+    pipeline: TrialPipeline,
+    t: optuna.trial.FrozenTrial,
+    *,
+    unless_serving: bool = False,
+) -> bool:
+    """Deploy trial `t`'s config: its unit and its companion files. `unless_serving`: not
+    when the server runs exactly that already (the study's last deployment was this config):
+    a restart would cost a model load to end where it is. True when it deployed."""
     config = t.user_attrs.get("config")
     params = dict(config) if config else None
-    deployer.deploy(pipeline.unit_for(params), pipeline.files_for(params))
+    wanted = (pipeline.unit_for(params), pipeline.files_for(params))
+    if unless_serving and pipeline.serving == wanted and deployer.is_running():
+        return False
+    deployer.deploy(*wanted)
+    pipeline.serving = wanted
+    return True
 
 
 def apply_trial(cfg: Config, number: int | None) -> int:

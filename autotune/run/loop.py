@@ -280,8 +280,11 @@ def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: Trial
         return
     best = st.best_trials(study)
     if action == "apply-best" and best:
-        log.info("deploying the best config", trial=best[0].number, config=st.trial_config(best[0]))
-        deploy_trial(deployer, pipeline, best[0])
+        if deploy_trial(deployer, pipeline, best[0], unless_serving=True):
+            config = st.trial_config(best[0])
+            log.info("deployed the best config", trial=best[0].number, config=config)
+        else:
+            log.info("the best config is serving already: no restart", trial=best[0].number)
         try:
             pipeline.wait_ready(interruptible=False)
             log.info("serving the best config", trial=best[0].number)

@@ -65,6 +65,8 @@ class TrialPipeline:
         self.engine = engine
         self.base_unit = base_unit
         self.api_key = api_key
+        self.serving: tuple[str, dict[str, str | None]] | None = None
+        """The unit text and companion files of the last deploy that got through."""
         self.workload = bench.load_workload(
             cfg.benchmark.workload, max_tokens=cfg.benchmark.max_tokens, seed=cfg.study.seed or 0
         )
@@ -110,7 +112,9 @@ class TrialPipeline:
         log.info("deploying", target=self.deployer.description, flags=_flags_text(params, self.cfg))
         files = dict(self.files_for(params) if deployment is None else deployment[1])
         attrs.update(_files_attrs(files))
+        self.serving = None
         self.deployer.deploy(unit_text, files)
+        self.serving = (unit_text, files)
         try:
             self.wait_ready()
             info = asyncio.run(
@@ -123,6 +127,9 @@ class TrialPipeline:
             score = objective.unusable(self.cfg.objective, levels, server_up=False)
             return self._result(score, attrs, unit_text)
         attrs["startup_s"] = round(time.monotonic() - started, 1)
+        if info.launch_flags is None:
+            logged = self.engine.launch_flags_from_log(self.deployer.logs())
+            info = dataclasses.replace(info, launch_flags=logged)
         if params is not None:
             self._check_reached(params, info)
         info = _with_logged_capacity(info, self.engine.capacity_from_log(self.deployer.logs()))
@@ -414,11 +421,17 @@ class TrialPipeline:
             by_flag = space.launch_flags()
             for flag, want in written.items():
                 got = info.launch_flags.get(flag)
-                ok = got is True if want is None else got is not None and reach.same(want, got)
+                ok = got is True if want is None else got is not None and reach.reached(want, got)
                 if not ok:
                     name = by_flag.get(flag, flag)
                     missed = [reach.Unreached(name, flag, want, "nothing" if got is None else got)]
                     break
+            for flag in space.removed_flags(self._canonical(dict(params))):
+                got = info.launch_flags.get(flag)
+                if not missed and got is not None and flag not in written:
+                    # A flag this config leaves out (vLLM's speculation off) that the server
+                    # was given all the same: it runs the unit's value instead.
+                    missed = [reach.Unreached(by_flag.get(flag, flag), flag, "nothing", got)]
         if missed:
             raise StudyStopped(str(self.cfg.target.unit_file), "ExecStart", missed[0].line())
 

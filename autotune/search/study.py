@@ -7,6 +7,7 @@ Knows nothing about HTTP, SSH or processes: it turns proposals into configs
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import threading
@@ -176,6 +177,14 @@ def baseline_of(
                 return Baseline(None)
             config[name] = p.file.builtin
             continue
+        if p.json is not None:
+            found = _json_field(current_flags.get(p.flag), p.json.key)
+            if found is None and p.flag not in current_flags and p.json.builtin is not None:
+                found = p.json.builtin  # the flag left out: the field's "none" value
+            if found is None:
+                return Baseline(None)
+            config[name] = found
+            continue
         raw = (environment or {}).get(p.env) if p.env is not None else current_flags.get(p.flag)
         if raw is None:
             return Baseline(None)
@@ -192,6 +201,16 @@ def baseline_of(
     if space.check(config) is not None:
         return Baseline(None)
     return Baseline(space.encode(config))
+
+
+def _json_field(text: str | None, key: str) -> Any:
+    """One field of a JSON flag's value as the unit has it; None when it is not there."""
+    try:
+        obj = json.loads(text) if text else None
+    except ValueError:
+        return None
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return None if isinstance(value, (dict, list)) else value
 
 
 def enqueue_baseline_once(study: optuna.Study, baseline: Baseline) -> None:

@@ -16,6 +16,7 @@ Two checks, both ending in one line that names the flag:
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -86,17 +87,45 @@ def unreached(
 
 
 def same(a: Any, b: Any) -> bool:
-    """Equal as the server means it: 3 == 3.0 == "3", "EAGLE" == "eagle"; True == "true"."""
+    """Equal as the server means it: 3 == 3.0 == "3", "EAGLE" == "eagle"; True == "true";
+    two JSON objects with the same fields, each the same, whatever their spacing and order."""
     if a == b:
         return True
     if a is None or b is None:
         return False
+    objects = _json_object(a), _json_object(b)
+    if objects[0] is not None and objects[1] is not None:
+        x, y = objects
+        return x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
     for cast in (float, _bool):
         try:
             return cast(a) == cast(b)
         except (TypeError, ValueError):
             continue
     return str(a).strip().lower() == str(b).strip().lower()
+
+
+def reached(written: Any, running: Any) -> bool:
+    """Whether a flag's value as autotune wrote it is what the server runs: `same`, except
+    that a JSON object counts as reached when every field written is in the server's with
+    the same value (the unit's own fields, such as a draft model's path, stay beside them)."""
+    objects = _json_object(written), _json_object(running)
+    if objects[0] is not None and objects[1] is not None:
+        x, y = objects
+        return all(k in y and same(v, y[k]) for k, v in x.items())
+    return same(written, running)
+
+
+def _json_object(v: Any) -> dict[str, Any] | None:
+    if isinstance(v, dict):
+        return v
+    if not isinstance(v, str) or not v.lstrip().startswith("{"):
+        return None
+    try:
+        obj = json.loads(v)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) else None
 
 
 def _bool(v: Any) -> bool:

