@@ -7,10 +7,14 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from autotune import __version__
 from autotune.errors import AutotuneError
+
+if TYPE_CHECKING:
+    from autotune.config import Config
 
 # Subcommands that hand their whole argument list to another parser.
 _PASSTHROUGH: dict[str, str] = {"sim": "autotune.sim.cli", "bench": "autotune.bench.cli"}
@@ -162,7 +166,8 @@ def _parser() -> argparse.ArgumentParser:
     export = add(
         "export-adaptive",
         _export_adaptive,
-        "write SGLang's adaptive config that runs each concurrency level's static winner",
+        "write the config that runs each concurrency level's winner: SGLang's adaptive "
+        "config, or vLLM's per-batch-size draft length",
     )
     export.add_argument("--out", help="the JSON file (default: <study>-adaptive.json by the db)")
     export.add_argument(
@@ -432,12 +437,13 @@ def _restore(args: argparse.Namespace) -> int:
 
 
 def _export_adaptive(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from autotune.commands import export_adaptive as ea
+    from autotune.commands import export_schedule as es
     from autotune.search import study as st
 
     cfg = _load(args)
+    if es.applies(cfg.space):
+        return _export_schedule(cfg, Path(args.out) if args.out else None, args.measure)
     path, data, winners = ea.export(cfg, Path(args.out) if args.out else None)
     for w in winners:
         tok_s = f"{w.tok_s:.1f} tok/s, trial {w.trial}"
@@ -448,6 +454,22 @@ def _export_adaptive(args: argparse.Namespace) -> int:
     ea.measure(cfg, data)
     rows = ea.comparison(cfg, st.open_study(cfg, create=False))
     print(ea.table(rows))
+    return 0
+
+
+def _export_schedule(cfg: Config, out: Path | None, measure: bool) -> int:
+    """A draft length per batch size inside the JSON flag (vLLM's per-batch-size schedule)."""
+    from autotune.commands import export_schedule as es
+    from autotune.search import study as st
+
+    path, data, winners = es.export(cfg, out)
+    for w in winners:
+        what = f"{w.tokens} draft tokens" if w.tokens else "no speculation"
+        print(f"c={w.concurrency:<4} best: {what} ({w.tok_s:.1f} tok/s, trial {w.trial})")
+    print(f"wrote {path}: --speculative-config '{json.dumps(data)}'")
+    if measure:
+        es.measure(cfg, data)
+        print(es.comparison(cfg, st.open_study(cfg, create=False)))
     return 0
 
 

@@ -189,3 +189,20 @@ def test_one_n_gram_bound_copies_the_other() -> None:
         {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3}
     )
     assert runs["prompt_lookup_min"] == 3
+
+
+def test_a_schedule_gives_each_level_its_winners_draft_length() -> None:
+    from autotune.commands.export_schedule import LevelWinner, applies, schedule
+    from autotune.space import load_space
+
+    winners = [
+        LevelWinner(1, 3, 5, 300.0),
+        LevelWinner(16, 4, 3, 900.0),
+        LevelWinner(32, 7, 3, 1000.0),
+        LevelWinner(64, 0, 0, 1200.0),  # no speculation won under the heaviest load
+    ]
+    # Inclusive ranges from 1, neighbours with one length merged, 0 drafts nothing.
+    assert schedule(winners) == [[1, 1, 5], [2, 32, 3], [33, 64, 0]]
+    repo = Path(__file__).resolve().parent.parent / "search_spaces"
+    assert applies(load_space(repo / "vllm-ngram.yaml"))
+    assert not applies(load_space(repo / "sglang-eagle.yaml"))

@@ -198,12 +198,9 @@ def test_a_real_study_tunes_vllm_and_leaves_the_best_serving(
             for level in t.user_attrs["levels"]:
                 assert close(level["sent_output_tokens"], level["server_output_tokens"]), level
         for t in drafted:
-            config = t.user_attrs["config"]
             # What vLLM drafts with, read back: its draft positions on /metrics.
-            assert (
-                t.user_attrs["resolved"]["num_speculative_tokens"]
-                == config["num_speculative_tokens"]
-            )
+            asked = t.user_attrs["config"]["num_speculative_tokens"]
+            assert t.user_attrs["resolved"]["num_speculative_tokens"] == asked
             assert t.user_attrs["accept_length"] > 1.5, t.user_attrs
         best = autotune("best", "--json", "--config", str(config), cwd=tmp_path)
         assert best.returncode == 0, best.stderr
@@ -216,6 +213,23 @@ def test_a_real_study_tunes_vllm_and_leaves_the_best_serving(
         positions = metric_samples(metrics, "vllm:spec_decode_num_accepted_tokens_per_pos_total")
         want = chosen["resolved"].get("num_speculative_tokens", 0)
         assert len(positions) == want, (chosen, len(positions))
+
+        # The per-level winners as vLLM's per-batch-size schedule, deployed and measured.
+        export = autotune("export-adaptive", "--measure", "--config", str(config), cwd=tmp_path)
+        assert export.returncode == 0, export.stderr[-3000:]
+        written = json.loads((tmp_path / "real-schedule.json").read_text())
+        ranges = written["num_speculative_tokens_per_batch_size"]
+        assert ranges[0][0] == 1 and ranges[-1][1] == 4, ranges
+        assert written["num_speculative_tokens"] == max(k for _, _, k in ranges)
+        study = optuna.load_study(study_name="real", storage=f"sqlite:///{tmp_path / 'real.db'}")
+        probe = study.user_attrs["adaptive_probes"]["exported"]
+        assert probe["feasible"] is True, probe  # vLLM took the schedule and served it
+        assert set(probe["levels"]) == {"1", "4"}
+        assert "num_speculative_tokens_per_batch_size" in probe["unit"]
+        # And the best config serves again afterwards, as a finished study leaves it.
+        metrics = httpx.get(url + "/metrics", timeout=10).text
+        positions = metric_samples(metrics, "vllm:spec_decode_num_accepted_tokens_per_pos_total")
+        assert len(positions) == want
     finally:
         LocalProcessDeployer(
             pidfile.parent / "unused.service", log_dir=pidfile.parent

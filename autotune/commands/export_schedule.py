@@ -1,0 +1,202 @@
+"""`autotune export-adaptive` for a JSON speculative config: a per-batch-size draft length.
+
+vLLM (0.32.0) switches the draft length by the batch's size with one more field of
+`--speculative-config`, `num_speculative_tokens_per_batch_size: [[first, last, K], ...]`
+(inclusive ranges from 1; K capped by `num_speculative_tokens`, 0 drafts nothing; a batch
+beyond the last range keeps its K: vllm/v1/spec_decode/dynamic/utils.py). Only the draft
+length varies, so the export keeps every other field of the study's best speculating
+config and gives each concurrency level the draft length that won there: the best
+measured trial of that level, `none` (K 0) included. Each level gets the batch sizes from
+just above the previous level's up to its own.
+
+`--measure` deploys the result as one config outside the space (the base unit with that
+JSON) and records it in the study (user attribute `adaptive_probes`, as SGLang's export),
+then leaves the server as a finished study would.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune.config import Config
+from autotune.errors import AutotuneError, ConfigError
+from autotune.log import get
+from autotune.search import study as st
+from autotune.space import SearchSpace
+
+log = get("autotune.export")
+
+TOKENS = "num_speculative_tokens"
+SCHEDULE = "num_speculative_tokens_per_batch_size"
+PROBES = "adaptive_probes"
+EXPORTED = "exported"
+
+
+@dataclass(frozen=True)
+class LevelWinner:
+    concurrency: int
+    trial: int
+    tokens: int
+    """Its draft length; 0 for a config that does not speculate."""
+    tok_s: float
+
+
+def applies(space: SearchSpace) -> bool:
+    """Whether the space tunes a draft length inside a JSON flag (vLLM's spaces)."""
+    return any(p.json is not None and p.json.key == TOKENS for p in space.params.values())
+
+
+def _tokens_flag(space: SearchSpace) -> str:
+    """The JSON flag that holds the draft length; ConfigError without one."""
+    for p in space.params.values():
+        if p.json is not None and p.json.key == TOKENS:
+            return p.flag
+    raise ConfigError(
+        space.source, "params", f"a per-batch-size schedule needs a json: {TOKENS} parameter"
+    )
+
+
+def level_winners(cfg: Config, study: optuna.Study) -> list[LevelWinner]:
+    """Per concurrency level, the feasible measured trial with the most tok/s there."""
+    flag = _tokens_flag(cfg.space)
+    trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+              if st.is_feasible(t) and t.user_attrs.get("reused_from") is None]  # fmt: skip
+    winners = []
+    for c in cfg.benchmark.concurrency:
+        scored = [(t, t.user_attrs.get(f"output_tok_s@c{c}")) for t in trials]
+        scored = [(t, float(v)) for t, v in scored if v]
+        if not scored:
+            continue
+        t, v = max(scored, key=lambda tv: tv[1])
+        fields = cfg.space.json_objects(st.trial_config(t)).get(flag, {})
+        winners.append(LevelWinner(c, t.number, int(fields.get(TOKENS, 0)), v))
+    if not any(w.tokens for w in winners):
+        raise AutotuneError(
+            f"study {cfg.study.name!r} has no speculating config that won a level: "
+            "nothing to schedule"
+        )
+    return winners
+
+
+def build(cfg: Config, study: optuna.Study, winners: list[LevelWinner]) -> dict[str, Any]:
+    """The JSON value: the best speculating trial's fields, the cap, and the schedule."""
+    flag = _tokens_flag(cfg.space)
+    speculating = [t for t in st.best_trials(study)
+                   if cfg.space.json_objects(st.trial_config(t)).get(flag)]  # fmt: skip
+    if not speculating:
+        ranked = sorted(
+            (t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+             if st.is_feasible(t) and cfg.space.json_objects(st.trial_config(t)).get(flag)),
+            key=lambda t: t.values[0] if t.values else 0.0,
+            reverse=True,
+        )  # fmt: skip
+        speculating = ranked
+    if not speculating:
+        raise AutotuneError(f"study {cfg.study.name!r} has no feasible speculating trial")
+    base = dict(cfg.space.json_objects(st.trial_config(speculating[0]))[flag])
+    base[TOKENS] = max(w.tokens for w in winners)
+    base[SCHEDULE] = schedule(winners)
+    return base
+
+
+def schedule(winners: list[LevelWinner]) -> list[list[int]]:
+    """`[[first, last, K], ...]`: each level's K from just above the level below up to its
+    own batch size, neighbours with the same K merged."""
+    out: list[list[int]] = []
+    previous = 0
+    for w in sorted(winners, key=lambda w: w.concurrency):
+        if out and out[-1][2] == w.tokens:
+            out[-1][1] = w.concurrency
+        else:
+            out.append([previous + 1, w.concurrency, w.tokens])
+        previous = w.concurrency
+    return out
+
+
+def default_path(cfg: Config) -> Path:
+    from autotune.store.artifacts import artifact_dir
+
+    return artifact_dir(cfg.study.storage).parent / f"{cfg.study.name}-schedule.json"
+
+
+def export(cfg: Config, out: Path | None) -> tuple[Path, dict[str, Any], list[LevelWinner]]:
+    """Write the JSON built from the study's per-level winners; (path, value, winners)."""
+    study = st.open_study(cfg, create=False)
+    winners = level_winners(cfg, study)
+    data = build(cfg, study, winners)
+    path = out or default_path(cfg)
+    try:
+        path.write_text(json.dumps(data) + "\n")
+    except OSError as exc:
+        raise AutotuneError(f"cannot write {path}: {exc.strerror}") from None
+    study.set_user_attr(
+        "adaptive_export",
+        {"config": data, "winners": [w.__dict__ for w in winners], "path": str(path)},
+    )
+    return path, data, winners
+
+
+def measure(cfg: Config, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Deploy and benchmark the schedule once; record it in the study; leave the server as
+    a finished study would."""
+    from autotune.run import deployment, loop
+    from autotune.unit import unitfile
+
+    flag = _tokens_flag(cfg.space)
+    study = st.open_study(cfg, create=False)
+    deployer = deployment.deployer_for(cfg)
+    probes = dict(study.user_attrs.get(PROBES) or {})
+    try:
+        deployer.preflight()
+        pipeline = deployment.pipeline_for(cfg, deployer)
+        unit = unitfile.patch_unit(pipeline.base_unit, {flag: json.dumps(data)}, [])
+        try:
+            log.info("measuring the per-batch-size schedule", config=json.dumps(data))
+            result = pipeline.run(None, lambda c: None, deployment=(unit, {}))
+            probes[EXPORTED] = _record(result.attrs, result.score.values, unit)
+            study.set_user_attr(PROBES, probes)
+            log.info("measured", probe=EXPORTED, value=probes[EXPORTED]["value"])
+        finally:
+            try:
+                loop.finish(cfg, study, deployer, pipeline)
+            except AutotuneError as err:
+                log.error("could not put a known config back", error=str(err))
+    finally:
+        deployer.close()
+    return probes
+
+
+def _record(attrs: Mapping[str, Any], values: Any, unit: str) -> dict[str, Any]:
+    levels = {str(r["concurrency"]): round(float(r["output_throughput"]), 2)
+              for r in attrs.get("levels") or []}  # fmt: skip
+    return {
+        "measured_at": time.time(),
+        "feasible": attrs.get("feasible"),
+        "value": round(float(values[0]), 2) if values else None,
+        "levels": levels,
+        "failure": attrs.get("failure"),
+        "reason": attrs.get("reason"),
+        "unit": unit,
+    }
+
+
+def comparison(cfg: Config, study: optuna.Study) -> str:
+    """Per level: the level's winner (its draft length) against the measured schedule."""
+    probe = (study.user_attrs.get(PROBES) or {}).get(EXPORTED) or {}
+    measured = probe.get("levels") or {}
+    lines = [f"{'level':>6}  {'best static (K)':>18}  {'schedule':>9}"]
+    for w in level_winners(cfg, study):
+        got = measured.get(str(w.concurrency))
+        mine = "—" if got is None else f"{got:.1f}"
+        lines.append(f"c={w.concurrency:<4}  {w.tok_s:>12.1f} ({w.tokens})  {mine:>9}")
+    if probe.get("failure"):
+        lines.append(f"the schedule failed: {probe['failure']}: {probe.get('reason')}")
+    return "\n".join(lines)
