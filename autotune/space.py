@@ -462,14 +462,14 @@ class SearchSpace:
         if json_flags & flags.keys():
             current = unitfile.parse_exec_start(unit_text, source=source).flags()
             for flag in json_flags & flags.keys():
-                flags[flag] = self._merged_json(flag, flags[flag], current.get(flag))
+                flags[flag] = self.merged_json(flag, flags[flag], current.get(flag))
         text = unitfile.patch_unit(unit_text, flags, self.removed_flags(config), source=source)
         env, gone = self.environment(config), self.removed_environment(config)
         if env or gone:
             text = unitenv.patch_environment(text, env, gone, source=source)
         return text
 
-    def _merged_json(self, flag: str, ours: str | None, theirs: str | None) -> str | None:
+    def merged_json(self, flag: str, ours: str | None, theirs: str | None) -> str | None:
         """The JSON flag's value: the space's fields, then the unit's own other fields (a
         draft model's path, say) as the unit has them. A unit value that is not a JSON
         object is replaced whole."""
@@ -561,6 +561,15 @@ def _to_fraction(v: int, lo: int, hi: int, log: bool) -> float:
         mid = math.log(math.sqrt(v * (v + 1)))
         return (mid - math.log(lo)) / (math.log(hi + 1) - math.log(lo))
     return (v - lo + 0.5) / (hi - lo + 1)
+
+
+def cast(p: Param, v: Any) -> Value:
+    """`v` as parameter `p`'s type; ValueError/TypeError when it is not one (None included)."""
+    if v is None or isinstance(v, (dict, list)):
+        raise TypeError(f"{p.name}: no value")
+    if p.type in ("int", "float") and isinstance(v, bool):
+        raise TypeError(f"{p.name}: {v!r} is not a number")
+    return _cast(p, v)
 
 
 def _holds(condition: expr.Expr | None, config: Mapping[str, Value]) -> bool:

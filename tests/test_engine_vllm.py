@@ -53,6 +53,17 @@ def log(name: str) -> str:
             "--speculative-config takes a JSON object; vLLM cannot read 'not json' as JSON",
         ),
         ("unknown-flag.log", "unsupported_flag", "--bogus-flag", "does not accept --bogus-flag"),
+        # VLLM_CPU_KVCACHE_SPACE=0, and --kv-cache-memory-bytes 1000000 (a context of 1024
+        # tokens that the KV cache cannot hold once).
+        ("no-kv-memory.log", "out_of_memory", None, "No available memory for the cache blocks"),
+        (
+            "context-beyond-kv.log",
+            "out_of_memory",
+            None,
+            "the estimated maximum model length is 768",
+        ),
+        # Another process holds the port: the host's fault, not the config's.
+        ("port-in-use.log", "port_in_use", None, "[Errno 98] Address already in use"),
         (
             "model-len-too-long.log",
             "model_load",

@@ -141,3 +141,15 @@ def test_a_bad_json_knob_is_one_line_naming_it(params: dict, key: str, problem: 
     line = str(err.value)
     assert line.startswith(f"bad.yaml: {key}"), line
     assert problem in line and "\n" not in line
+
+
+def test_a_unit_json_value_of_the_wrong_type_runs_the_unit_as_is() -> None:
+    space = load_space(NGRAM)
+    for bad in ('"abc"', "3.5", "true", "null"):
+        unit = UNIT.replace(
+            "--port 8000",
+            "--port 8000 --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": "
+            + bad
+            + ', "prompt_lookup_max": 3, "prompt_lookup_min": 1}\'',
+        )
+        assert baseline_of(space, _argv_flags(unit)).params is None, bad

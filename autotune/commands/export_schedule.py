@@ -67,8 +67,11 @@ def _tokens_flag(space: SearchSpace) -> str:
 def level_winners(cfg: Config, study: optuna.Study) -> list[LevelWinner]:
     """Per concurrency level, the feasible measured trial with the most tok/s there."""
     flag = _tokens_flag(cfg.space)
+    # Only trials whose config is a point of the space: a unit run as is says no K of its own.
     trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if st.is_feasible(t) and t.user_attrs.get("reused_from") is None]  # fmt: skip
+              if st.is_feasible(t) and t.user_attrs.get("reused_from") is None
+              and t.user_attrs.get("config")
+              and cfg.space.complete(st.trial_config(t))]  # fmt: skip
     winners = []
     for c in cfg.benchmark.concurrency:
         scored = [(t, t.user_attrs.get(f"output_tok_s@c{c}")) for t in trials]
@@ -121,6 +124,17 @@ def schedule(winners: list[LevelWinner]) -> list[list[int]]:
     return out
 
 
+def with_unit_fields(cfg: Config, unit_text: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """`data` with the fields of the unit's own JSON value that the space does not set (a
+    draft model's path), as every trial deployed them."""
+    from autotune.unit import unitfile
+
+    flag = _tokens_flag(cfg.space)
+    current = unitfile.parse_exec_start(unit_text).flags().get(flag)
+    merged = cfg.space.merged_json(flag, json.dumps(dict(data)), current)
+    return json.loads(merged) if merged else dict(data)
+
+
 def default_path(cfg: Config) -> Path:
     from autotune.store.artifacts import artifact_dir
 
@@ -129,9 +143,16 @@ def default_path(cfg: Config) -> Path:
 
 def export(cfg: Config, out: Path | None) -> tuple[Path, dict[str, Any], list[LevelWinner]]:
     """Write the JSON built from the study's per-level winners; (path, value, winners)."""
+    from autotune.run import deployment
+
     study = st.open_study(cfg, create=False)
     winners = level_winners(cfg, study)
     data = build(cfg, study, winners)
+    deployer = deployment.deployer_for(cfg)
+    try:
+        data = with_unit_fields(cfg, deployer.original_unit(), data)
+    finally:
+        deployer.close()
     path = out or default_path(cfg)
     try:
         path.write_text(json.dumps(data) + "\n")
@@ -157,6 +178,7 @@ def measure(cfg: Config, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     try:
         deployer.preflight()
         pipeline = deployment.pipeline_for(cfg, deployer)
+        data = with_unit_fields(cfg, pipeline.base_unit, data)
         unit = unitfile.patch_unit(pipeline.base_unit, {flag: json.dumps(data)}, [])
         try:
             log.info("measuring the per-batch-size schedule", config=json.dumps(data))

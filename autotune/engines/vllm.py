@@ -125,6 +125,12 @@ def metric_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     return out
 
 
+def _no_drafts(text: str) -> tuple[float, ...] | None:
+    """() when the server does not speculate (nothing per position); None when it drafts
+    but does not count by position."""
+    return None if metric_samples(text, "vllm:spec_decode_num_drafts_total") else ()
+
+
 def _total(text: str, name: str) -> float | None:
     samples = metric_samples(text, name)
     return sum(v for _, v in samples) if samples else None
@@ -168,7 +174,7 @@ class VLLMEngine:
 
     def default_space(self, flags: dict[str, str | None]) -> tuple[str, str]:
         method = _method(flags.get(SPEC_FLAG))
-        if method is not None and method not in facts.METHODS:
+        if method is not None and method not in facts.METHODS and method != "none":
             why = f"the unit's --speculative-config runs {method}: tune its draft length"
             return "vllm-draft.yaml", why
         return "vllm-ngram.yaml", "vLLM's n-gram speculation (no draft model)"
@@ -223,7 +229,9 @@ class VLLMEngine:
             max_running_requests=None,
             max_total_num_tokens=opt_int(labels.get("kv_cache_size_tokens")),
             context_len=opt_int(card.get("max_model_len")),
-            version=str(version["version"]) if isinstance(version, dict) else None,
+            version=str(version["version"])
+            if isinstance(version, dict) and "version" in version
+            else None,
             raw={"version": version, "model": card, "cache_config": labels},
         )
 
@@ -246,7 +254,7 @@ class VLLMEngine:
             draft_tokens=_total(text, "vllm:spec_decode_num_draft_tokens_total") or 0.0,
             accepted_tokens=_total(text, "vllm:spec_decode_num_accepted_tokens_total") or 0.0,
             drafts=_total(text, "vllm:spec_decode_num_drafts_total") or 0.0,
-            accepted_per_position=_per_position(text) or (),
+            accepted_per_position=_per_position(text) or _no_drafts(text),
         )
 
     def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:
@@ -425,5 +433,10 @@ def _method(value: str | None) -> str | None:
         obj = json.loads(value)
     except ValueError:
         return None
-    method = obj.get("method") if isinstance(obj, dict) else None
+    if not isinstance(obj, dict):
+        return None
+    method, model = obj.get("method"), obj.get("model")
+    if method is None and model is not None:
+        # SpeculativeConfig.__post_init__: a model that is not "ngram" is a draft model.
+        return "ngram" if model in ("ngram", "[ngram]") else "draft_model"
     return str(method) if method is not None else None

@@ -65,6 +65,7 @@ def deploy_trial(
     wanted = (pipeline.unit_for(params), pipeline.files_for(params))
     if unless_serving and pipeline.serving == wanted and deployer.is_running():
         return False
+    pipeline.serving = None
     deployer.deploy(*wanted)
     pipeline.serving = wanted
     return True

@@ -121,17 +121,21 @@ class TrialPipeline:
                 self.engine.server_info(self.cfg.target.base_url, self._param_names(), self.api_key)
             )
         except ServerFailed as failed:
+            self.serving = None  # what runs there now is not a config that serves
             self._not_the_configs_fault(failed, params)
             attrs.update(_failure_attrs(failed.kind, failed.reason))
             log.warning("server failed", kind=failed.kind, reason=failed.reason)
             score = objective.unusable(self.cfg.objective, levels, server_up=False)
             return self._result(score, attrs, unit_text)
         attrs["startup_s"] = round(time.monotonic() - started, 1)
-        if info.launch_flags is None:
+        # A record from the log lists only what differs from the server's defaults (vLLM's
+        # non-default args): a flag written at its default value is not on it.
+        partial = info.launch_flags is None
+        if partial:
             logged = self.engine.launch_flags_from_log(self.deployer.logs())
             info = dataclasses.replace(info, launch_flags=logged)
         if params is not None:
-            self._check_reached(params, info)
+            self._check_reached(params, info, partial=partial)
         info = _with_logged_capacity(info, self.engine.capacity_from_log(self.deployer.logs()))
         attrs.update(_info_attrs(info))
         resolved = self._canonical({**(params or {}), **info.resolved})
@@ -407,7 +411,7 @@ class TrialPipeline:
         out.update({k: v for k, v in config.items() if k not in space.params})
         return out
 
-    def _check_reached(self, params: Params, info: ServerInfo) -> None:
+    def _check_reached(self, params: Params, info: ServerInfo, *, partial: bool = False) -> None:
         """Stop the study when the server runs something other than the trial asked for:
         measuring it would record the unit's own config under this trial's name."""
         space = self.cfg.space
@@ -421,6 +425,8 @@ class TrialPipeline:
             by_flag = space.launch_flags()
             for flag, want in written.items():
                 got = info.launch_flags.get(flag)
+                if got is None and partial:
+                    continue  # at the server's default, or spelled another way (--no-x)
                 ok = got is True if want is None else got is not None and reach.reached(want, got)
                 if not ok:
                     name = by_flag.get(flag, flag)

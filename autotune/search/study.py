@@ -26,6 +26,7 @@ from autotune.log import get
 from autotune.search import gp, objective
 from autotune.search.constraints import keyed_constraints, write_legacy_constraints
 from autotune.space import SearchSpace
+from autotune.space import cast as space_cast
 from autotune.store import optuna_private, storage
 
 log = get("autotune.search.study")
@@ -169,6 +170,15 @@ def baseline_of(
         p = space.params[name]
         if not space.applies(name, config):
             continue
+        if p.json is not None:
+            found = _json_field(current_flags.get(p.flag), p.json.key)
+            if found is None and p.flag not in current_flags and p.json.builtin is not None:
+                found = p.json.builtin  # the flag left out: the field's "none" value
+            try:
+                config[name] = space_cast(p, found)
+            except (TypeError, ValueError):
+                return Baseline(None)  # not a value of this knob: run the unit as is
+            continue
         if p.type == "bool" and p.env is None:
             config[name] = p.flag in current_flags
             continue
@@ -176,14 +186,6 @@ def baseline_of(
             if p.flag in current_flags or p.file.builtin is None:
                 return Baseline(None)
             config[name] = p.file.builtin
-            continue
-        if p.json is not None:
-            found = _json_field(current_flags.get(p.flag), p.json.key)
-            if found is None and p.flag not in current_flags and p.json.builtin is not None:
-                found = p.json.builtin  # the flag left out: the field's "none" value
-            if found is None:
-                return Baseline(None)
-            config[name] = found
             continue
         raw = (environment or {}).get(p.env) if p.env is not None else current_flags.get(p.flag)
         if raw is None:

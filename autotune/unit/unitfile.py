@@ -323,7 +323,7 @@ def quote_word(value: str, *, env_expand: bool = True) -> str:
     if not needs_quotes:
         return escaped
     plain = "'" not in value and "\\" not in value and all(31 < ord(c) != 127 for c in value)
-    if '"' in value and plain:
+    if value.startswith(("{", "[")) and '"' in value and plain:
         # JSON as people write it in a unit: '{"method": "ngram"}'. Inside single quotes
         # systemd still decodes escapes, so only a value without backslashes goes this way.
         return "'" + escaped + "'"

@@ -18,6 +18,7 @@ import pytest
 
 from autotune.engines import llamacpp_setup
 from tests.e2e import free_port
+from tests.real_engine import one_real_engine  # noqa: F401  (autouse: one engine at a time)
 
 
 def _require() -> tuple[Path, Path]:

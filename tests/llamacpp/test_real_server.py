@@ -23,8 +23,9 @@ from autotune.errors import StudyStopped
 from autotune.run.trial import TrialPipeline, TrialResult
 from tests.e2e import autotune, free_port
 from tests.llamacpp.conftest import unit_text
+from tests.real_engine import TIMEOUT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT)]
 
 SPACE = str(Path(__file__).resolve().parents[2] / "search_spaces" / "llamacpp-spec.yaml")
 

@@ -25,6 +25,7 @@ import pytest
 from autotune.engines import vllm_setup
 from autotune.unit import unitfile
 from tests.e2e import free_port
+from tests.real_engine import one_real_engine  # noqa: F401  (autouse: one engine at a time)
 
 ENVIRONMENT = {
     "VLLM_CPU_KVCACHE_SPACE": "1",

@@ -22,9 +22,10 @@ from autotune.deploy.local_process import PIDFILE, LocalProcessDeployer
 from autotune.engines.vllm import VLLMEngine, metric_samples
 from autotune.run.trial import TrialPipeline, TrialResult
 from tests.e2e import autotune, free_port
+from tests.real_engine import TIMEOUT
 from tests.vllm.conftest import Served, unit_text
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT)]
 
 REPO = Path(__file__).resolve().parents[2]
 SPACE = str(REPO / "search_spaces" / "vllm-ngram.yaml")
