@@ -806,8 +806,10 @@ def _param(source: str, name: Any, spec: Any, names: set[str]) -> Param:
         problem = f"{builtin!r} is not one of the parameter's choices"
         raise ConfigError(source, f"{key}.file.builtin", problem)
     field_ = _json_field(source, key, spec.get("json"), env is not None or companion is not None)
-    if field_ is not None and field_.builtin is not None and (
-        choices is None or field_.builtin not in choices
+    if (
+        field_ is not None
+        and field_.builtin is not None
+        and (choices is None or field_.builtin not in choices)
     ):
         problem = f"{field_.builtin!r} is not one of the parameter's choices"
         raise ConfigError(source, f"{key}.json.builtin", problem)

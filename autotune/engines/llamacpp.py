@@ -309,8 +309,6 @@ class LlamaCppEngine:
 # ---------------------------------------------------------------------- HTTP
 
 
-
-
 def _running_types(slots: Any) -> str | None:
     """The speculative types the slots run, or None when the server does not say.
 
