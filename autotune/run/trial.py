@@ -321,6 +321,8 @@ class TrialPipeline:
                 requests=row.requests,
                 accept_length=row.accept_length,
             )
+            if i == len(plan.levels):
+                break  # every level measured: stopping now would save nothing
             uncertain = {
                 k: r.ci_halfwidth / 1.96
                 for k, r in results.items()
