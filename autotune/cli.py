@@ -268,14 +268,16 @@ def _status(args: argparse.Namespace) -> int:
     cfg = _load(args)
     study = st.open_study(cfg, create=False)
     from autotune.run import finalists
-    from autotune.search import estimate
+    from autotune.search import estimate, perf
 
     rows = [_row(study, t) for t in study.get_trials(deepcopy=False)]
     runs = finalists.expected_runs(cfg, study)
     e = estimate.of(study, cfg.study.n_trials, finalist_runs=runs)
+    model = study.user_attrs.get(perf.STATUS)
     if args.json:
         body = {"study": study.study_name, "metric_names": study.metric_names, "trials": rows}
         body["time"] = None if e is None else vars(e)
+        body["performance_model"] = model
         print(json.dumps(body, indent=2))
         return 0
     print(
@@ -284,6 +286,8 @@ def _status(args: argparse.Namespace) -> int:
     )
     if e is not None:
         print(f"time: {estimate.sentence(e)}")
+    if isinstance(model, dict):
+        print(f"performance model: {perf.describe(model)}")
     header = f"{'#':>4}  {'state':9} {'feasible':8} {'value':>10} {'±95%':>6}  config / reason"
     print(header)
     for r in rows:
@@ -339,6 +343,7 @@ def _row(study: Any, t: Any) -> dict[str, Any]:
         "uncertain_levels": t.user_attrs.get("uncertain_levels") or [],
         "validation": validation_of(study, t.number),
         "pruned": t.user_attrs.get("pruned") if t.state.name == "PRUNED" else None,
+        "predicted": t.user_attrs.get("predicted"),
         # What the worker's status line showed last (written every few seconds).
         "progress": t.user_attrs.get("progress") if t.state.name == "RUNNING" else None,
     }

@@ -52,6 +52,10 @@ class StudyConfig:
     """Do not deploy a config whose max_running_requests the trials so far predict below
     `objective.constraints.min_running_requests` with high confidence
     (`autotune/search/capacity.py`)."""
+    performance_model: bool = True
+    """Predict every config's value from capacity, acceptance per position and step cost
+    fitted to the trials so far, and let the GP learn only what the prediction misses
+    (`autotune/search/perf/`); off by itself where the physics does not hold."""
 
 
 @dataclass(frozen=True)
@@ -424,6 +428,7 @@ def _study(s: _Section, deploy: str, base_dir: Path) -> StudyConfig:
         heartbeat_grace=s.int("heartbeat_grace", d.heartbeat_grace, minimum=5),
         prune=s.bool("prune", d.prune),
         predict_capacity=s.bool("predict_capacity", d.predict_capacity),
+        performance_model=s.bool("performance_model", d.performance_model),
     )
     s.finish()
     return out

@@ -166,6 +166,7 @@ class SearchSpace:
         rules: list[Rule],
         memory_grows_with: tuple[str, ...] = (),
         memory_per_request: expr.Expr | None = None,
+        draft_shape: DraftShape | None = None,
     ):
         self.source = source
         self.engine = engine
@@ -176,6 +177,9 @@ class SearchSpace:
         self.memory_per_request = memory_per_request
         """KV tokens the engine reserves per running request for a config (the space file's
         `memory_per_request`); the capacity predictor's input (`autotune/search/capacity.py`)."""
+        self.draft_shape = draft_shape
+        """How a config's knobs shape the draft (the space file's `draft_shape`): the
+        performance model's input (`autotune/search/perf/`)."""
         self._enumerated: list[Candidate] | None = None  # a space never changes once parsed
         self.order = _topological_order(source, self.params)
 
@@ -288,6 +292,20 @@ class SearchSpace:
         if e is None or not e.names <= resolved.keys():
             return None
         return float(e(resolved))
+
+    def shape(self, config: Mapping[str, Value]) -> tuple[int, int, int] | None:
+        """(steps, topk, draft tokens) of a config as the server will run it, or None when
+        the space has no `draft_shape` or the config lacks a knob it needs."""
+        d = self.draft_shape
+        if d is None:
+            return None
+        resolved = self.apply_rules(dict(config))
+        if not d.names <= resolved.keys():
+            return None
+        try:
+            return int(d.steps(resolved)), int(d.topk(resolved)), int(d.draft(resolved))
+        except (TypeError, ValueError, ArithmeticError):
+            return None
 
     def check(self, config: Mapping[str, Value]) -> str | None:
         """Why `config` is not valid for this space, or None."""
@@ -656,12 +674,13 @@ def space_from_dict(data: Any, source: str) -> SearchSpace:
         "description",
         "memory_grows_with",
         "memory_per_request",
+        "draft_shape",
         "extends",
     }
     if unknown:
         problem = (
             "unknown key (expected params, rules, engine, memory_grows_with, "
-            "memory_per_request, extends)"
+            "memory_per_request, draft_shape, extends)"
         )
         raise ConfigError(source, sorted(unknown)[0], problem)
     if "extends" in data:
@@ -681,7 +700,8 @@ def space_from_dict(data: Any, source: str) -> SearchSpace:
         raise ConfigError(source, "engine", f"must be a string, got {engine!r}")
     memory = _memory_knobs(source, data.get("memory_grows_with"), params)
     per_request = _memory_per_request(source, data.get("memory_per_request"), names)
-    space = SearchSpace(source, engine, params, rules, memory, per_request)
+    shape = _draft_shape(source, data.get("draft_shape"), names)
+    space = SearchSpace(source, engine, params, rules, memory, per_request, shape)
     _smoke_test(space)
     return space
 
@@ -720,6 +740,37 @@ def _memory_knobs(source: str, raw: Any, params: list[Param]) -> tuple[str, ...]
             problem = f"{name!r} is not a numeric parameter of this space"
             raise ConfigError(source, "memory_grows_with", problem)
     return tuple(raw)
+
+
+@dataclass(frozen=True)
+class DraftShape:
+    """The draft a config builds, as expressions over its knobs: `steps` drafted tokens in a
+    chain, `topk` candidates per step, `draft` tokens verified (the bonus one included)."""
+
+    steps: expr.Expr
+    topk: expr.Expr
+    draft: expr.Expr
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.steps.names | self.topk.names | self.draft.names
+
+
+def _draft_shape(source: str, raw: Any, names: set[str]) -> DraftShape | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != {"steps", "topk", "draft"}:
+        problem = "must map steps, topk and draft to expressions over the parameters"
+        raise ConfigError(source, "draft_shape", problem)
+    parts = {}
+    for key, text in raw.items():
+        if not isinstance(text, (str, int)) or isinstance(text, bool):
+            raise ConfigError(source, f"draft_shape.{key}", f"must be an expression, got {text!r}")
+        try:
+            parts[key] = expr.parse(text, names)
+        except expr.ExprError as exc:
+            raise ConfigError(source, f"draft_shape.{key}", str(exc)) from None
+    return DraftShape(parts["steps"], parts["topk"], parts["draft"])
 
 
 def _memory_per_request(source: str, raw: Any, names: set[str]) -> expr.Expr | None:

@@ -148,7 +148,7 @@ def test_a_unit_json_value_of_the_wrong_type_runs_the_unit_as_is() -> None:
     for bad in ('"abc"', "3.5", "true", "null"):
         unit = UNIT.replace(
             "--port 8000",
-            "--port 8000 --speculative-config '{\"method\": \"ngram\", \"num_speculative_tokens\": "
+            '--port 8000 --speculative-config \'{"method": "ngram", "num_speculative_tokens": '
             + bad
             + ', "prompt_lookup_max": 3, "prompt_lookup_min": 1}\'',
         )

@@ -65,6 +65,7 @@ def pool_levels(a: LevelResult, b: LevelResult, ci_width: float | None) -> Level
         server=server,
         attempt_throughputs=(round(ra, 2), round(rb, 2)),
         accept_length=accept,
+        accept_histogram=_added(a.accept_histogram, b.accept_histogram),
         notes=(
             *a.notes,
             *b.notes,
@@ -77,3 +78,10 @@ def pool_levels(a: LevelResult, b: LevelResult, ci_width: float | None) -> Level
 def _abs_halfwidth(level: LevelResult) -> float:
     hw = level.ci_halfwidth_tok_s
     return float(hw) if isinstance(hw, (int, float)) and math.isfinite(hw) else math.inf
+
+
+def _added(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    if a is None or b is None:
+        return a or b
+    n = max(len(a), len(b))
+    return tuple((a[i] if i < len(a) else 0) + (b[i] if i < len(b) else 0) for i in range(n))

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from autotune.bench.record import RequestRecord
+from autotune.engines.sglang_facts import DRAFTS_HISTOGRAM_KEY
 
 ENDPOINTS: dict[str, str] = {
     "chat": "/v1/chat/completions",
@@ -235,6 +236,9 @@ class GenerateReader:
         vc = meta.get("spec_verify_ct")
         if isinstance(vc, int):
             rec.spec_verify_ct = vc
+        hist = meta.get(DRAFTS_HISTOGRAM_KEY)
+        if isinstance(hist, list) and all(isinstance(n, int) for n in hist):
+            rec.accept_histogram = hist
         fr = meta.get("finish_reason")
         if fr:
             rec.finish_reason = str(fr.get("type", fr)) if isinstance(fr, Mapping) else str(fr)

@@ -72,6 +72,7 @@ class RequestRecord:
     """Everything measured about one request. Times are `time.perf_counter()` seconds."""
 
     __slots__ = (
+        "accept_histogram",
         "completion_tokens",
         "counts",
         "done",
@@ -110,6 +111,9 @@ class RequestRecord:
         self.prompt_tokens: int | None = None
         self.completion_tokens: int | None = None
         self.spec_verify_ct: int | None = None
+        self.accept_histogram: list[int] | None = None
+        """Verify steps that accepted exactly 0, 1, 2, ... drafts (SGLang's native
+        `meta_info.spec_correct_drafts_histogram`)."""
         self.draft_tokens: int | None = None
         """Draft tokens the server proposed for this request (llama.cpp `timings.draft_n`)."""
         self.draft_accepted: int | None = None

@@ -176,6 +176,9 @@ class LevelResult:
     included); None when it keeps none."""
     attempt_throughputs: tuple[float, ...] = ()
     """A level measured twice and pooled (bench/pool.py): each run's throughput."""
+    accept_histogram: tuple[int, ...] | None = None
+    """Verify steps of the measured requests that accepted exactly 0, 1, 2, ... drafts
+    (SGLang's per-request `spec_correct_drafts_histogram`, summed): acceptance per position."""
 
     @property
     def draft_acceptance(self) -> float | None:

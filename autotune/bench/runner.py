@@ -443,6 +443,7 @@ class _Level:
             if verified
             else None
         )
+        histogram = _summed([r.accept_histogram for r in ok if r.accept_histogram])
         if self.recounted:
             source = "text-recount"
         elif self.endpoint == "generate":
@@ -493,6 +494,7 @@ class _Level:
             finished_by_length=sum(1 for r in ok if r.finish_reason == "length") / len(ok),
             cut_short=self.cut_short,
             accept_length=accept,
+            accept_histogram=histogram,
             temperature=wl.temperature,
             ignore_eos=wl.ignore_eos,
             max_tokens=wl.max_tokens,
@@ -560,3 +562,14 @@ def _first_error(records: list[RequestRecord]) -> str:
 
 def _prompt_chars(prompt: Prompt) -> str:
     return prompt if isinstance(prompt, str) else " ".join(m["content"] for m in prompt)
+
+
+def _summed(histograms: list[list[int]]) -> tuple[int, ...] | None:
+    """Per-request histograms of accepted drafts, added position by position."""
+    if not histograms:
+        return None
+    out = [0] * max(len(h) for h in histograms)
+    for h in histograms:
+        for i, n in enumerate(h):
+            out[i] += n
+    return tuple(out)

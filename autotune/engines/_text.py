@@ -51,3 +51,31 @@ def prometheus(text: str, prefix: str) -> dict[str, float]:
         if math.isfinite(value):
             out[name] = out.get(name, 0.0) + value
     return out
+
+
+_LABELLED = re.compile(r"^([A-Za-z_:][\w:]*)(?:\{([^}]*)\})? ([-+0-9.eE]+|nan|inf|NaN)\s*$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def metric_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    """Every sample of metric `name` in Prometheus text: (labels, value)."""
+    out = []
+    for line in text.splitlines():
+        m = _LABELLED.match(line)
+        if m and m.group(1) == name:
+            labels = dict(_LABEL.findall(m.group(2) or ""))
+            out.append((labels, float(m.group(3))))
+    return out
+
+
+def per_position(text: str, name: str) -> tuple[float, ...] | None:
+    """A counter labelled `position="i"` (accepted draft tokens per position, vLLM and
+    llama.cpp) as a tuple by position; None when the server exports none."""
+    by_pos: dict[int, float] = {}
+    for labels, value in metric_samples(text, name):
+        pos = opt_int(labels.get("position"))
+        if pos is not None:
+            by_pos[pos] = by_pos.get(pos, 0.0) + value
+    if not by_pos:
+        return None
+    return tuple(by_pos.get(i, 0.0) for i in range(max(by_pos) + 1))

@@ -35,7 +35,7 @@ from typing import Any
 import httpx
 
 from autotune.engines._http import get_json, open_client
-from autotune.engines._text import clip, describe_exit, opt_int, prometheus
+from autotune.engines._text import clip, describe_exit, opt_int, per_position, prometheus
 from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.errors import ServerFailed
 
@@ -100,6 +100,11 @@ def spec_types(value: Any) -> str:
         return "none"
     types = [t for t in value.split(",") if t and t != "none"]
     return ",".join(types) if types else "none"
+
+
+#: Accepted draft tokens by position, one series per `position` label (b11434,
+#: tools/server/server-context.cpp): the performance model's acceptance per position.
+PER_POSITION_METRIC = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total"
 
 
 def parse_metrics(text: str) -> dict[str, float]:
@@ -186,6 +191,8 @@ class LlamaCppEngine:
             draft_tokens=m.get("llamacpp:spec_decode_num_draft_tokens_total", 0.0),
             accepted_tokens=m.get("llamacpp:spec_decode_num_accepted_tokens_total", 0.0),
             drafts=m.get("llamacpp:spec_decode_num_drafts_total", 0.0),
+            # A position's series appears when it is first incremented: none yet is zeros.
+            accepted_per_position=per_position(response.text, PER_POSITION_METRIC) or (),
         )
 
     def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:

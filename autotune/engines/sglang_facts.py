@@ -31,6 +31,7 @@ __all__ = [
     "ALGORITHMS",
     "CHECKED",
     "DEPRECATED_SERVER_INFO_WARNING",
+    "DRAFTS_HISTOGRAM_KEY",
     "DRAFT_ADJUSTED_WARNING",
     "KNOWN_SIMULATOR_DIFFERENCES",
     "MAMBA_CAP_WARNING",
@@ -200,6 +201,14 @@ METRICS: dict[str, str] = {
     "sglang:max_total_num_tokens": OLDEST,
     "sglang:spec_num_steps": "0.5.16",
 }
+
+# --------------------------------------------------------------------------- per request
+#: The native `/generate` response's per-request count of verify steps that accepted exactly
+#: 0, 1, 2, ... drafts (srt/managers/tokenizer_manager.py; read in 0.5.16 and 0.5.23, absent
+#: in 0.5.6): acceptance per position, which the performance model reads
+#: (`autotune/search/perf/acceptance.py`).
+DRAFTS_HISTOGRAM_KEY = "spec_correct_drafts_histogram"
+DRAFTS_HISTOGRAM = Since(DRAFTS_HISTOGRAM_KEY, "sglang/srt/managers/tokenizer_manager.py", "0.5.16")
 
 # --------------------------------------------------------------------------- adaptive
 #: DEFAULT_ADAPTIVE_CONFIG's candidate steps per batch-size lower bound

@@ -28,7 +28,7 @@ import httpx
 
 from autotune.engines import vllm_facts as facts
 from autotune.engines._http import get_json, open_client
-from autotune.engines._text import clip, describe_exit, opt_int
+from autotune.engines._text import clip, describe_exit, metric_samples, opt_int, per_position
 from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.errors import ServerFailed
 
@@ -110,21 +110,6 @@ def launch_flags(args: dict[str, Any] | None) -> dict[str, str | bool] | None:
     return out
 
 
-_SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(?:\{([^}]*)\})? ([-+0-9.eE]+|nan|inf|NaN)\s*$")
-_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-
-
-def metric_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """Every sample of metric `name` in Prometheus text: (labels, value)."""
-    out = []
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if m and m.group(1) == name:
-            labels = dict(_LABEL.findall(m.group(2) or ""))
-            out.append((labels, float(m.group(3))))
-    return out
-
-
 def _no_drafts(text: str) -> tuple[float, ...] | None:
     """() when the server does not speculate (nothing per position); None when it drafts
     but does not count by position."""
@@ -134,17 +119,6 @@ def _no_drafts(text: str) -> tuple[float, ...] | None:
 def _total(text: str, name: str) -> float | None:
     samples = metric_samples(text, name)
     return sum(v for _, v in samples) if samples else None
-
-
-def _per_position(text: str) -> tuple[float, ...] | None:
-    by_pos: dict[int, float] = {}
-    for labels, value in metric_samples(text, "vllm:spec_decode_num_accepted_tokens_per_pos_total"):
-        pos = opt_int(labels.get("position"))
-        if pos is not None:
-            by_pos[pos] = by_pos.get(pos, 0.0) + value
-    if not by_pos:
-        return None
-    return tuple(by_pos.get(i, 0.0) for i in range(max(by_pos) + 1))
 
 
 class VLLMEngine:
@@ -218,7 +192,7 @@ class VLLMEngine:
         labels = cache[0][0] if cache else {}
         resolved: dict[str, Any] = {}
         if metrics:
-            positions = _per_position(metrics)
+            positions = per_position(metrics, facts.PER_POSITION_METRIC)
             drafting = _total(metrics, "vllm:spec_decode_num_drafts_total") is not None
             if "num_speculative_tokens" in params and positions is not None:
                 resolved["num_speculative_tokens"] = len(positions)
@@ -254,7 +228,7 @@ class VLLMEngine:
             draft_tokens=_total(text, "vllm:spec_decode_num_draft_tokens_total") or 0.0,
             accepted_tokens=_total(text, "vllm:spec_decode_num_accepted_tokens_total") or 0.0,
             drafts=_total(text, "vllm:spec_decode_num_drafts_total") or 0.0,
-            accepted_per_position=_per_position(text) or _no_drafts(text),
+            accepted_per_position=per_position(text, facts.PER_POSITION_METRIC) or _no_drafts(text),
         )
 
     def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:

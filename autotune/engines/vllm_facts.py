@@ -95,6 +95,8 @@ METRICS = (
     "vllm:spec_decode_num_accepted_tokens_per_pos",
     "vllm:cache_config_info",
 )
+#: Accepted draft tokens per position (a counter labelled `position`).
+PER_POSITION_METRIC = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 #: `SpeculativeConfig.method`'s Literal values that need no draft model file.
 METHODS = ("ngram", "ngram_gpu", "suffix")
 #: Fields of `--speculative-config` a search space may set (vllm/config/speculative.py); a

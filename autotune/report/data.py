@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
+from autotune.search import perf
 from autotune.search import study as st
 from autotune.search.capacity import FAILURE as CAPACITY_PREDICTED
 from autotune.search.pruning import PRUNED
@@ -51,6 +52,9 @@ class TrialRow:
     they let expect, and the best trial it could not plausibly beat."""
     predicted: bool = False
     """Ruled out by the capacity prediction without a server (`autotune/search/capacity.py`)."""
+    prediction: Mapping[str, Any] | None = None
+    """What the performance model predicted before the sampler chose it
+    (`autotune/search/perf/`): value, per-level tok/s, accept length, running requests."""
 
     @property
     def measured(self) -> bool:
@@ -117,6 +121,9 @@ class StudyData:
     rehearsal_speedup: float | None = None
     """A rehearsal on the simulated server run this many times faster than real time
     (`--sim-speedup`); its figures are in real-server units."""
+    performance_model: Mapping[str, Any] = field(default_factory=dict)
+    """The performance model's state when the sampler last asked: on, or off and why;
+    the deployments it was fitted on and its leave-one-out error."""
 
     def trial(self, number: int) -> TrialRow:
         return next(t for t in self.trials if t.number == number)
@@ -171,6 +178,7 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
             ),
             default=None,
         ),
+        performance_model=dict(study.user_attrs.get(perf.STATUS) or {}),
         **_validation(study.user_attrs.get(FINALISTS)),
     )
 
@@ -233,6 +241,7 @@ def trial_row(t: FrozenTrial) -> TrialRow:
         uncertain_levels=tuple(a.get("uncertain_levels") or ()),
         pruned=a.get(PRUNED) if t.state == TrialState.PRUNED else None,
         predicted=a.get("failure") == CAPACITY_PREDICTED,
+        prediction=a.get(perf.PREDICTED) if isinstance(a.get(perf.PREDICTED), Mapping) else None,
     )
 
 

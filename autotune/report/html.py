@@ -14,6 +14,7 @@ from typing import Any
 
 from autotune.report.data import LevelBest, StudyData, TrialRow, schedule, short
 from autotune.report.units import UnitDiff
+from autotune.search import perf
 from autotune.search.pruning import PRUNE_BELOW
 
 #: Section ids, in page order (tests and links rely on them).
@@ -26,6 +27,7 @@ SECTIONS = (
     "winner-unit",
     "settings",
     "infeasible",
+    "predictions",
     "trials",
 )
 
@@ -94,6 +96,7 @@ def render(page: Page) -> str:
         _adaptive(page),
         _infeasible(page),
         _pruned(page),
+        _predictions(page),
         _all_trials(page),
         "</main></body></html>",
     ]
@@ -439,6 +442,47 @@ def _pruned(page: Page) -> str:
         "can be declared best or be a finalist.</p>"
     )
     return _section("pruned", "Pruned trials", intro + _table(head, body_rows))
+
+
+def _predictions(page: Page) -> str:
+    """Predicted before deploying against measured, for every deployed config."""
+    d = page.data
+    status = d.performance_model
+    rows = [t for t in d.trials if t.prediction is not None and t.measured]
+    if not status and not rows:
+        text = "<p>Nothing predicted yet: no config was proposed by the GP sampler.</p>"
+        return _section("predictions", "Predicted before deploying", text)
+    state = f"<p>The performance model was {esc(perf.describe(status))}.</p>"
+    head = ["trial", "config", "predicted tok/s", "measured", "error", "accept length: "
+            "predicted", "measured", "max_running_requests: predicted", "measured"]  # fmt: skip
+    body_rows = []
+    for t in rows:
+        p = t.prediction or {}
+        value = t.values[0] if t.values and t.state == "COMPLETE" else None
+        error = _pct(value / float(p["value"]) - 1.0) if value and p.get("value") else "—"
+        accepts = [lv["accept_length"] for lv in t.levels.values() if lv.get("accept_length")]
+        accepts = accepts or [
+            lv["server_accept_length"] for lv in t.levels.values() if lv.get("server_accept_length")
+        ]
+        body_rows.append(
+            [
+                esc(t.number),
+                f"<code>{esc(_config_text(t.config))}</code>",
+                _cell_num(_num(p.get("value"))),
+                _cell_num(_num(value)),
+                _cell_num(error),
+                _cell_num(_num(p.get("accept_length"), 2)),
+                _cell_num(_num(sum(accepts) / len(accepts), 2) if accepts else "—"),
+                _cell_num(_num(p.get("max_running_requests"))),
+                _cell_num(_num(t.max_running_requests, 0)),
+            ]
+        )
+    intro = (
+        state + "<p>What the model predicted for each config before the sampler chose it "
+        "(capacity from the engine's memory rule, accept length from acceptance per position, "
+        "step cost from the levels measured), against what the deployment then measured.</p>"
+    )
+    return _section("predictions", "Predicted before deploying", intro + _table(head, body_rows))
 
 
 def _adaptive(page: Page) -> str:

@@ -256,7 +256,8 @@ class Worker:
         frozen = self.db(lambda: self._record(trial, result))
         if frozen is None:
             return Outcome.MEASURED
-        self.db(lambda: st.update_model_best(self.study, self.cfg.space))
+        target = st.performance_target(self.cfg)
+        self.db(lambda: st.update_model_best(self.study, self.cfg.space, target))
         if result.pruned:
             verdict = result.attrs.get(pruning.PRUNED) or {}
             log.info(

@@ -27,6 +27,8 @@ interval and the basis (`failure: capacity_predicted`); nothing is deployed.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -97,6 +99,20 @@ def predict_from(points: Sequence[tuple[float, int]], m: float, floor: int) -> P
             0.0,
             running,
             f"a config reserving {pm:g} tokens per request ran {running}, this one reserves {m:g}",
+        )
+    # Only beyond the largest reservation deployed: the pools shrink as m grows (the
+    # workspace per graph), so 1 / running is convex in m, and a line through deployed
+    # points runs above it between them (too few requests: a wrong skip) but below it
+    # past them (too many: never a wrong skip).
+    bounds = rule_bounds(points, m) if points and m > max(pm for pm, _ in points) else None
+    if bounds is not None and bounds[1] < floor:
+        low, high = bounds
+        return Prediction(
+            2.0 / (1.0 / low + 1.0 / high),
+            low,
+            high,
+            f"the engine's memory rule (1/max_running_requests linear in the tokens reserved "
+            f"per request) through {len(points)} deployed configs",
         )
     p = fit(points, m)
     if p is not None and p.high < floor:
@@ -182,3 +198,83 @@ def score(cfg: Config, p: Prediction) -> objective.Score:
 def _t995(dof: int) -> float:
     known = [d for d in _T995 if d <= dof]
     return _T995[max(known)] if dof <= 30 else 2.576
+
+
+def rule_bounds(points: Sequence[tuple[float, int]], m: float) -> tuple[float, float] | None:
+    return _rule_bounds(tuple(sorted(set(points))), float(m))
+
+
+@functools.lru_cache(maxsize=16384)
+def _rule_bounds(points: tuple[tuple[float, int], ...], m: float) -> tuple[float, float] | None:
+    """What max_running_requests at `m` can be, if the engine's rule holds exactly.
+
+    The rule makes 1 / running a line `a + b m` with a, b >= 0 (a request's fixed
+    share, and more per token reserved), and the engine truncates its count: a
+    reported r says the line lies in (1 / (r + 1), 1 / r] at its m (a point at the cap
+    -- the most requests two or more configs ran -- only that it lies at or below
+    1 / cap). One deployment bounds every other m (between "only the fixed share" and
+    "no fixed share"); two at different m pin the line up to the truncation. The
+    range of the line at `m` over every line allowed (vertices of a polygon in
+    (a, b)), widened by REL_FLOOR for the per-graph workspace the line ignores, gives
+    the bounds. None without points, or when no line passes them all (the rule does
+    not hold on this server).
+    """
+    if not points:
+        return None
+    top = max(r for _, r in points)
+    capped = sum(r == top for _, r in points) >= 2
+    # Half-planes  lo <= ca a + cb b <= hi.
+    rows: list[tuple[float, float, float, float]] = [
+        (1.0, 0.0, 0.0, math.inf),
+        (0.0, 1.0, 0.0, math.inf),
+    ]
+    for pm, r in sorted(set(points)):
+        if r >= 1:
+            lo = 0.0 if capped and r == top else 1.0 / (r + 1)
+            rows.append((1.0, pm, lo, 1.0 / r))
+    lines = {(ca, cb, v) for ca, cb, lo, hi in rows for v in (lo, hi) if math.isfinite(v)}
+    eps = 1e-12
+    values = []
+    for (a1, b1, v1), (a2, b2, v2) in itertools.combinations(sorted(lines), 2):
+        det = a1 * b2 - a2 * b1
+        if abs(det) < 1e-15:
+            continue
+        a = (v1 * b2 - v2 * b1) / det
+        b = (a1 * v2 - a2 * v1) / det
+        if all(lo - eps <= ca * a + cb * b <= hi + eps for ca, cb, lo, hi in rows):
+            values.append(a + b * m)
+    if not values:
+        return None
+    low_inv, high_inv = min(values) * (1 - REL_FLOOR), max(values) * (1 + REL_FLOOR)
+    high = math.inf if low_inv <= 0 else 1.0 / low_inv
+    return (0.0 if high_inv <= 0 else 1.0 / high_inv), high
+
+
+def chance_reaches(points: Sequence[tuple[float, int]], m: float, floor: int) -> float | None:
+    """The chance that a config reserving `m` tokens per request runs at least `floor`
+    requests: certain either way where a deployed config settles it (the rule is
+    monotone in m), else the share of its bounds at or above the floor: the deployed
+    neighbours' counts between two of them, the rule's line past them (None without
+    points, or where the rule does not hold)."""
+    if any(pm >= m and r >= floor for pm, r in points):
+        return 1.0
+    if any(pm <= m and r < floor for pm, r in points):
+        return 0.0
+    below = [r for pm, r in points if pm < m]
+    above = [r for pm, r in points if pm > m]
+    if below and above:
+        # Between two deployed reservations the rule's line runs above the convex truth
+        # (see predict_from): the neighbours' counts bound it instead.
+        low, high = float(max(above)), float(min(below) + 1)
+    else:
+        b = rule_bounds(points, m)
+        if b is None:
+            return None
+        low, high = b
+    if low >= floor:
+        return 1.0
+    if high < floor:
+        return 0.0
+    # Uniform in 1 / running between the bounds.
+    lo_inv, hi_inv = 1.0 / high if math.isfinite(high) else 0.0, 1.0 / max(low, 1e-9)
+    return min(1.0, max(0.0, (1.0 / floor - lo_inv) / (hi_inv - lo_inv)))

@@ -23,7 +23,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import Config
 from autotune.errors import AutotuneError
 from autotune.log import get
-from autotune.search import gp, objective
+from autotune.search import gp, objective, perf
 from autotune.search.constraints import keyed_constraints, write_legacy_constraints
 from autotune.space import SearchSpace
 from autotune.space import cast as space_cast
@@ -87,7 +87,15 @@ def make_sampler(cfg: Config) -> optuna.samplers.BaseSampler:
     if name == "random":
         return optuna.samplers.RandomSampler(seed=s.seed)
     if name == "gp":
-        return gp.EnumeratedGPSampler(cfg.space, seed=s.seed, n_startup_trials=startup)
+        # With the performance model, the baseline alone says where to look: random startup
+        # proposals only while the model is off (or when the file asks for them).
+        return gp.EnumeratedGPSampler(
+            cfg.space,
+            seed=s.seed,
+            n_startup_trials=startup,
+            target=performance_target(cfg),
+            startup_when_modelled=s.startup_trials or 0,
+        )
     if name == "optuna-gp":
         try:
             import torch  # noqa: F401 - GPSampler needs it; say so before the study starts
@@ -595,7 +603,19 @@ def is_feasible(t: FrozenTrial) -> bool:
 MODEL_BEST = "model_best"
 
 
-def update_model_best(study: optuna.Study, space: SearchSpace) -> int | None:
+def performance_target(cfg: Config) -> perf.Target | None:
+    """What the performance model predicts for this study, or None when it is off."""
+    if not cfg.study.performance_model:
+        return None
+    o = cfg.objective
+    return perf.Target(
+        tuple(cfg.benchmark.concurrency), o.mode, o.level, o.constraints.min_running_requests
+    )
+
+
+def update_model_best(
+    study: optuna.Study, space: SearchSpace, target: perf.Target | None = None
+) -> int | None:
     """Record the feasible trial the model believes best, after a trial was measured.
 
     One benchmark is one noisy sample (a restarted server is 1-2 % faster or
@@ -606,7 +626,7 @@ def update_model_best(study: optuna.Study, space: SearchSpace) -> int | None:
     """
     if len(study.directions) != 1 or not space.enumerable():
         return None
-    chosen = gp.recommend(space, study.get_trials(deepcopy=False))
+    chosen = gp.recommend(space, study.get_trials(deepcopy=False), target)
     if chosen is not None and study.user_attrs.get(MODEL_BEST) != chosen.number:
         study.set_user_attr(MODEL_BEST, chosen.number)
     return chosen.number if chosen is not None else None

@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from autotune.engines import sglang_facts
 from autotune.sim import httpio, model
 from autotune.sim.engine import Engine, Req
 from autotune.sim.text import TextSource
@@ -379,6 +380,8 @@ def generate_meta(req: Req, spec: bool, eos_token_id: int, final: bool) -> dict[
     }
     if spec:
         meta["spec_verify_ct"] = req.verify_ct
+        if req.correct_drafts:
+            meta[sglang_facts.DRAFTS_HISTOGRAM_KEY] = list(req.correct_drafts)
     if final:
         meta["e2e_latency"] = round(time.monotonic() - req.created, 6)
     return meta

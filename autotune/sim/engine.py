@@ -42,6 +42,7 @@ class Req:
     __slots__ = (
         "cdf",
         "client",
+        "correct_drafts",
         "created",
         "emitted",
         "finished_at",
@@ -81,6 +82,9 @@ class Req:
         self.client = client  # False for the startup warmup: not in /sim/stats
         self.emitted = 0
         self.verify_ct = 0
+        self.correct_drafts: list[int] = []
+        """Verify steps that accepted exactly 0, 1, 2, ... drafts (SGLang 0.5.23's
+        `spec_correct_drafts_histogram`)."""
         self.created = time.monotonic()
         self.first_token_at = 0.0
         self.finished_at = 0.0
@@ -317,6 +321,7 @@ class Engine:
                 continue
             cdf = req.cdf if slot is None else self._cdf(spec.steps, req.greedy)
             n = bisect_right(cdf, rng_random()) + 1
+            accepted = n - 1
             left = req.target - req.emitted
             if n > left:
                 n = left
@@ -325,6 +330,10 @@ class Engine:
             if spec.on or slot is None:
                 # An adaptive tier of 0 steps drafts nothing: no verify step to count.
                 req.verify_ct += 1
+                hist = req.correct_drafts
+                if len(hist) <= accepted:
+                    hist.extend([0] * (accepted - len(hist) + 1))
+                hist[accepted] += 1
                 if req.client:
                     st.verify_steps += 1
                     st.decode_tokens += n

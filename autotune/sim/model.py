@@ -24,6 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 from autotune.engines import sglang_facts
+from autotune.search.perf.acceptance import tree_accept_dist
 from autotune.sim import adaptive
 from autotune.sim.profiles import Acceptance, Profile
 
@@ -512,40 +513,10 @@ def _accept_dist(acc: Acceptance, steps: int, topk: int, draft: int) -> tuple[fl
     if depth <= 0:
         return (1.0,)
     alphas = [acc.first * acc.decay ** (j**acc.shape) for j in range(depth)]
-    widths = [1] * depth
-    q = list(alphas)
-
-    def widened(j: int, w: int) -> float:
-        return 1.0 - (1.0 - alphas[j]) * acc.width_miss ** math.log2(w)
-
-    # Spare draft tokens go where a best-first tree would put them: to the
-    # depth whose extra candidate adds the most expected accepted tokens.
-    for _ in range(min(draft - 1, steps * topk) - depth):
-        reach = []
-        p = 1.0
-        for j in range(depth):
-            p *= q[j]
-            reach.append(p)
-        tail = 0.0
-        best_gain, best_j = 0.0, -1
-        for j in range(depth - 1, -1, -1):
-            tail += reach[j]
-            if widths[j] >= topk:
-                continue
-            gain = (widened(j, widths[j] + 1) / q[j] - 1.0) * tail
-            if gain > best_gain:
-                best_gain, best_j = gain, j
-        if best_j < 0:
-            break
-        widths[best_j] += 1
-        q[best_j] = widened(best_j, widths[best_j])
-    dist = []
-    reach_p = 1.0
-    for j in range(depth):
-        dist.append(reach_p * (1.0 - q[j]))
-        reach_p *= q[j]
-    dist.append(reach_p)
-    return tuple(dist)
+    # Spare draft tokens go where a best-first tree would put them: to the depth whose
+    # extra candidate adds the most expected accepted tokens.
+    extra = min(draft - 1, steps * topk) - depth
+    return tree_accept_dist(alphas, topk, extra, acc.width_miss)
 
 
 def tiers(
@@ -746,6 +717,8 @@ def predict_level(
         "output_throughput": round(throughput, 2),
         "request_throughput": round(req_rate, 4),
         "accept_length": round(length, 4),
+        # P(tokens emitted per verify step = 1, 2, ...): SGLang's histogram of accepted drafts.
+        "accept_dist": [round(p, 6) for p in dist],
         # Spread of the tokens one verify step emits, relative to their mean: how noisy a
         # throughput measurement over a few seconds is (bench/efficiency/cost.py).
         "accept_cv": round(_cv(dist), 4),

@@ -42,7 +42,7 @@ class Candidate:
     judge: str = "gp"
     """How the finalist stage judges its measurements (`autotune.run.finalists.JUDGES`)."""
     benchmark: dict[str, Any] = dataclasses.field(default_factory=dict)
-    """Overrides of the `benchmark:` section for the end of the study (finalist_rounds)."""
+    """Overrides of the `benchmark:` section (finalist_rounds, endpoint)."""
 
 
 def _tpe(**kw: Any) -> SamplerFactory:
@@ -60,7 +60,16 @@ def _docs_batch(cfg: Config, start: dict[str, Any] | None) -> list[dict[str, Any
 #: Run by `make bench-efficiency`: what the bar is about, and every kind of alternative.
 #: (tpe-group proposes exactly what tpe proposes on these spaces -- every trial has every
 #: parameter, so there is one group -- and is left to `--candidates all`.)
-CORE = ("default", "tpe", "tpe-independent", "tpe-startup10", "random", "grid")
+CORE = (
+    "default",
+    "default-generate",
+    "today",
+    "tpe",
+    "tpe-independent",
+    "tpe-startup10",
+    "random",
+    "grid",
+)
 #: The default before it cut trials short and skipped predictable restarts, and each
 #: half alone: what `make bench-efficiency` puts side by side in its GPU-time table.
 GPU_TIME = ("before", "no-prune", "no-predict")
@@ -90,18 +99,31 @@ CANDIDATES: dict[str, Candidate] = {
             only_first=True,
         ),
         Candidate(
-            "before",
-            "default without pruning and without the capacity prediction (the default "
-            "before GPU time was measured)",
-            study={"prune": False, "predict_capacity": False},
+            "default-generate",
+            "the default benchmarking SGLang's native /generate: acceptance per position "
+            "from the per-request histogram, not only the mean",
+            benchmark={"endpoint": "generate"},
         ),
         Candidate(
-            "no-prune", "default without pruning (capacity prediction on)", study={"prune": False}
+            "today",
+            "the default before the performance model (study.performance_model: false)",
+            study={"performance_model": False},
+        ),
+        Candidate(
+            "before",
+            "today's default without pruning and without the capacity prediction (the default "
+            "before GPU time was measured)",
+            study={"prune": False, "predict_capacity": False, "performance_model": False},
+        ),
+        Candidate(
+            "no-prune",
+            "today's default without pruning (capacity prediction on)",
+            study={"prune": False, "performance_model": False},
         ),
         Candidate(
             "no-predict",
-            "default without the capacity prediction (pruning on)",
-            study={"predict_capacity": False},
+            "today's default without the capacity prediction (pruning on)",
+            study={"predict_capacity": False, "performance_model": False},
         ),
         # -- ablations and what else was tried (--candidates all) ---------------------
         Candidate(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .run import APPLIED_AT, Trace
 
@@ -31,6 +31,7 @@ class Stats:
     pruned: float  # mean deployments per study stopped after some levels
     good_pruned: int  # over every study: pruned configs worth TARGET
     optimum_pruned: int  # over every study: the optimum pruned
+    gpu_h_by_seed: dict[int, float] = field(default_factory=dict)  # to the target, per seed
 
 
 def trials_to_target(trace: Trace, target: float = TARGET, *, found: bool = False) -> float:
@@ -89,4 +90,5 @@ def summarise(traces: Sequence[Trace], budget: int) -> Stats:
         pruned=sum(t.pruned for t in traces) / len(traces),
         good_pruned=sum(t.good_pruned for t in traces),
         optimum_pruned=sum(t.optimum_pruned for t in traces),
+        gpu_h_by_seed={t.seed: gpu_hours_to_target(t) for t in traces},
     )

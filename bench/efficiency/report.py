@@ -131,6 +131,7 @@ def markdown(
             shape = ""
     lines += ["", *_summary(results, candidates, budget)]
     lines += gpu_time(results, cells)
+    lines += performance_model(results, cells, budget)
     for name in ("default",):
         found = verdicts(results, name, budget)
         if not found:
@@ -256,6 +257,88 @@ def gpu_time(results: Mapping[tuple[Cell, str], Stats], cells: Sequence[Cell]) -
             "configs skipped by the capacity prediction: "
             f"{sum(results[(c, 'default')].wrongly_skipped for _, c in ratios)}.",
         ]
+    return lines
+
+
+#: The seed's own cell (issue 23's figures).
+SEED_CELL = "eagle qwen natural geomean"
+#: A cell is worse than today when at least this many of its paired seeds took more GPU time
+#: to the target (a one-sided sign test: 15 of 20 happens by chance 2 % of the time).
+WORSE_SHARE = 0.75
+
+
+def performance_model(
+    results: Mapping[tuple[Cell, str], Stats], cells: Sequence[Cell], budget: int
+) -> list[str]:
+    """The default (performance model on) against today's default, seed by seed."""
+    pairs = [(c, results[(c, "today")], results[(c, "default")]) for c in cells
+             if (c, "today") in results and (c, "default") in results]  # fmt: skip
+    if not pairs:
+        return []
+    lines = [
+        "",
+        "## The performance model: the default against today's",
+        "",
+        "`today` is the default before the performance model (`study.performance_model: "
+        "false`); both run the same seeds (the same noise per deployment). Deployments and "
+        "GPU-hours until the declared best is worth 98 % (median / p90); infeasible: share of "
+        "deployments on configs that turned out refused or infeasible; wrongly skipped: "
+        "feasible configs the predictions ruled out without deploying them (all seeds); "
+        "worse seeds: seeds on which the default needed more GPU time than today "
+        f"(a cell counts as worse when at least {WORSE_SHARE:.0%} of them did).",
+        "",
+        "| cell | today: median / p90 | default: median / p90 | reached: today / default "
+        "| infeasible: today / default | GPU-h: today | GPU-h: default | default / today "
+        "| applied@30: today / default | wrongly skipped | worse seeds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    ratios, worse = [], []
+    for cell, old, new in pairs:
+        ratio = _ratio(new.gpu_h_median, old.gpu_h_median)
+        ratios.append(ratio)
+        seeds = sorted(set(old.gpu_h_by_seed) & set(new.gpu_h_by_seed))
+        slower = sum(new.gpu_h_by_seed[k] > old.gpu_h_by_seed[k] + 1e-9 for k in seeds)
+        if seeds and slower >= WORSE_SHARE * len(seeds):
+            worse.append(cell.label)
+        lines.append(
+            f"| {cell.label} | {_n(old.t98_median, budget)} / {_n(old.t98_p90, budget)} "
+            f"| {_n(new.t98_median, budget)} / {_n(new.t98_p90, budget)} "
+            f"| {100 * old.reached:.0f} % / {100 * new.reached:.0f} % "
+            f"| {100 * old.infeasible:.0f} % / {100 * new.infeasible:.0f} % "
+            f"| {_h(old.gpu_h_median)} | {_h(new.gpu_h_median)} | {ratio:.2f} "
+            f"| {100 * old.applied[-1]:.0f} % / {100 * new.applied[-1]:.0f} % "
+            f"| {new.wrongly_skipped} | {slower} of {len(seeds)} |"
+        )
+    finite = [r for r in ratios if math.isfinite(r)]
+    applied = min(new.applied[-1] for _, _, new in pairs)
+    lines += [
+        "",
+        f"- Median cell: default / today = {statistics.median(finite):.2f} GPU-hours to 98 % "
+        f"(best {min(finite):.2f}, worst {max(ratios):.2f}).",
+        f"- Cells worse than today beyond seed-to-seed noise: {len(worse)}"
+        + (f" ({', '.join(worse)})" if worse else "")
+        + f"; applied@{APPLIED_AT[-1]} at least {100 * applied:.0f} % in every cell; "
+        f"feasible configs ruled out by a prediction: "
+        f"{sum(new.wrongly_skipped for _, _, new in pairs)}.",
+    ]
+    seed = next((p for p in pairs if p[0].label == SEED_CELL), None)
+    if seed is not None:
+        cell, old, new = seed
+        native = results.get((cell, "default-generate"))
+        lines.append(
+            f"- The seed's cell ({SEED_CELL}): 98 % reached in {100 * new.reached:.0f} % of "
+            f"studies, median {_n(new.t98_median, budget)} deployments, p90 "
+            f"{_n(new.t98_p90, budget)}, {100 * new.infeasible:.0f} % of deployments infeasible "
+            f"(today: {100 * old.reached:.0f} %, {_n(old.t98_median, budget)}, "
+            f"{_n(old.t98_p90, budget)}, {100 * old.infeasible:.0f} %)"
+            + (
+                f"; benchmarking `/generate` (acceptance per position): "
+                f"{100 * native.reached:.0f} %, median {_n(native.t98_median, budget)}, p90 "
+                f"{_n(native.t98_p90, budget)}, {100 * native.infeasible:.0f} % infeasible."
+                if native is not None
+                else "."
+            )
+        )
     return lines
 
 

@@ -54,6 +54,8 @@ class Trace:
     """Of those, configs worth 98 % of the optimum."""
     optimum_pruned: int = 0
     """Of those, the optimum itself."""
+    seed: int = -1
+    """The seed (candidates are compared seed by seed: the same seed draws the same noise)."""
 
 
 def in_memory_study(cfg: Config, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -86,7 +88,9 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
         if config != start:
             study.enqueue_trial(cfg.space.encode(config), skip_if_exists=False)
     # The same seed draws the same noise for every candidate (common random numbers).
-    server = SimulatedServer(land, random.Random(f"{cell}/{seed}"), noise)
+    server = SimulatedServer(
+        land, random.Random(f"{cell}/{seed}"), noise, endpoint=cfg.benchmark.endpoint
+    )
     ratios: list[float] = []
     found: list[float] = []
     infeasible: list[bool] = []
@@ -143,6 +147,7 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
         tally["pruned"],
         tally["good_pruned"],
         tally["optimum"],
+        seed,
     )
 
 

@@ -41,6 +41,9 @@ class SimulatedServer:
     land: Landscape
     rng: random.Random
     noise: float = SIM_NOISE
+    endpoint: str = "chat"
+    """The benchmark's endpoint: `generate` (SGLang's native one) also returns the per-request
+    histogram of accepted drafts, the OpenAI-compatible ones the mean accept length only."""
     cost: Cost = field(init=False)
     deployed: list[dict[str, Any]] = field(default_factory=list)
     """Every config deployed, in order (the study's cost)."""
@@ -119,6 +122,9 @@ class SimulatedServer:
                 verdict = plan.verdict(measured)
                 if verdict is not None:
                     break
+        attrs["levels"] = [
+            self._row(by_level[c], r) for c in levels if (r := results.get(c)) is not None
+        ]
         for c, r in results.items():
             attrs[f"output_tok_s@c{c}"] = round(r["output_throughput"], 2)
         if verdict is not None:
@@ -129,6 +135,25 @@ class SimulatedServer:
             result.pruned = True
             return result
         return _result(objective.score(cfg.objective, levels, results, running), attrs)
+
+    def _row(self, truth: dict[str, Any], got: dict[str, Any]) -> dict[str, Any]:
+        """The level as the trial records it (`LevelResult.to_dict`), with what the
+        performance model reads: accept length, and with `benchmark.endpoint: generate`
+        SGLang's histogram of accepted drafts over the window's verify steps."""
+        length = float(truth["accept_length"])
+        row = {
+            "concurrency": truth["concurrency"],
+            "output_throughput": got["output_throughput"],
+            "accept_length": round(length, 4),
+            "ttft_ms_p99": got["ttft_p99_ms"],
+            "itl_ms_p50": got["itl_p50_ms"],
+        }
+        # Only the native endpoint carries SGLang's per-request histogram (the client reads
+        # it from `meta_info`); the OpenAI-compatible default gives the mean alone.
+        if self.endpoint == "generate":
+            steps = got["output_throughput"] * self.cost.window_s(truth) / length
+            row["accept_histogram"] = [round(p * steps) for p in truth["accept_dist"]]
+        return row
 
     def _benchmark(self, truth_levels: tuple[dict[str, Any], ...]) -> dict[int, dict[str, Any]]:
         """Every level's noisy measurement, drawn in the configured order whatever order the

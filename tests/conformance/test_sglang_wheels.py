@@ -363,6 +363,23 @@ def test_the_decode_line_gives_the_accept_length(wheel: Wheel) -> None:
         assert ENGINE.accept_length_from_log(f"[2026-12-02 10:00:00 TP0] {line}") == 3.41, line
 
 
+def test_the_per_request_histogram_of_accepted_drafts(wheel: Wheel) -> None:
+    """The performance model's acceptance per position: the key SGLang writes, and that it
+    counts verify steps by accepted drafts (the index), as autotune reads it."""
+    fact = facts.DRAFTS_HISTOGRAM
+    found = wheel.find(fact.text, fact.file)
+    if not at_least(wheel, fact.since):
+        assert found is None, f"{wheel}: {fact.file} has {fact.text!r} before {fact.since}"
+        return
+    assert found is not None, f"{wheel}: {fact.file} no longer writes {fact.text!r}"
+    counting = [
+        m
+        for m in wheel.files("sglang/srt/managers/")
+        if re.search(r"_histogram\[num_\w+\] \+= 1", wheel.source(m))
+    ]
+    assert counting, f"{wheel}: nothing counts verify steps by accepted drafts"
+
+
 # ------------------------------------------------------------------------ HTTP
 _ENDPOINTS = {
     "/health": facts.OLDEST,

@@ -35,7 +35,8 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.search.objective import SERVER_UP
+from autotune.search import capacity, perf
+from autotune.search.objective import MIN_RUNNING_REQUESTS, SERVER_UP
 from autotune.space import SearchSpace
 
 from .features import features
@@ -57,13 +58,24 @@ STARTUP_DRAWS = 8
 MEMORY_FAILURES = ("out_of_memory", "capacity")
 #: The user attribute a pruned trial keeps its verdict in (`autotune/search/pruning.py`).
 PRUNED = "pruned"
+#: How far log throughput may stray from the performance model's prediction before data
+#: say otherwise: what the residual GP learns is what the physics misses.
+RESIDUAL_PRIOR_SD = 0.1
 
 
 class EnumeratedGPSampler(optuna.samplers.BaseSampler):
     def __init__(
-        self, space: SearchSpace, *, seed: int | None = None, n_startup_trials: int = 2
+        self,
+        space: SearchSpace,
+        *,
+        seed: int | None = None,
+        n_startup_trials: int = 2,
+        target: perf.Target | None = None,
+        startup_when_modelled: int = 0,
     ) -> None:
         self._space = space
+        self._target = target
+        self._startup_modelled = startup_when_modelled
         self._rng = np.random.default_rng(seed)
         self._random = optuna.samplers.RandomSampler(seed=seed)
         self._n_startup = n_startup_trials
@@ -91,15 +103,24 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
             if t.number != trial.number and _placeable(self._space, config_of(t))
         ]
         pool = self._unmeasured(done, busy)
-        if len(done) < self._n_startup and pool.size:
+        model, status = perf.build(self._space, self._target, trials)
+        if self._target is not None and study.user_attrs.get(perf.STATUS) != status:
+            study.set_user_attr(perf.STATUS, status)
+        startup = self._n_startup if model is None else self._startup_modelled
+        if len(done) < startup and pool.size:
             return self._space.encode(self._configs[self._startup_pick(pool, busy)])
         if pool.size == 0:
             # Every config measured or ruled out: propose one measured already, which the
             # study answers from the earlier result instead of deploying a server.
             return self._space.encode(config_of(done[-1])) if done else {}
-        return self._space.encode(
-            self._configs[int(pool[np.argmax(self._acquisition(done, pool, busy))])]
-        )
+        chosen = self._configs[int(pool[np.argmax(self._acquisition(done, pool, busy, model))])]
+        if model is not None:
+            predicted = model.predict(chosen)
+            if predicted is not None:
+                study._storage.set_trial_user_attr(
+                    trial._trial_id, perf.PREDICTED, predicted.attrs()
+                )
+        return self._space.encode(chosen)
 
     def sample_independent(
         self,
@@ -160,6 +181,7 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
         done: Sequence[FrozenTrial],
         pool: np.ndarray,
         busy: Sequence[dict[str, Any]] = (),
+        model: perf.PerfModel | None = None,
     ) -> np.ndarray:
         """Expected improvement of log throughput times the chance that every constraint holds.
 
@@ -173,21 +195,31 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
         up = [t for t in done if constraints[t.number].get(SERVER_UP, 0.0) <= 0]
         scored = [t for t in up if (value_of(t) or 0.0) > 0]
         Xp = self._X[pool]
+        configs = [self._configs[int(i)] for i in pool]
         if scored:
-            X = self._inputs(scored)
-            y = np.array([math.log(value_of(t) or 1.0) for t in scored])
-            model = GP.fit(
-                X, y, prior_sd=PRIOR_LOG_SD, noise_sd=NOISE_SD, point_sd=point_sd(scored)
-            )
-            incumbent = float(np.max(model.predict(X)[0]))
+            values = Posterior.fit(self._space, scored, model)
+            incumbent = float(np.max(values.predict([config_of(t) for t in scored])[0]))
             if busy:
-                Xb = np.array([features(self._space, c) for c in busy])
-                believed, _ = model.predict(Xb)
-                model = model.condition(Xb, believed)
-            mu, sd = model.predict(Xp)
+                values = values.believing(busy)
+            mu, sd = values.predict(configs)
             acq = expected_improvement(mu, sd, incumbent)
         else:
             acq = np.ones(len(pool))
+        floor = self._target.floor if self._target is not None else None
+        if model is not None and floor is not None and model.capacity_points:
+            # The engine's memory rule, not a GP, says which configs run enough requests.
+            chance = [
+                capacity.chance_reaches(model.capacity_points, m, floor)
+                if (m := self._space.memory_tokens(c)) is not None
+                else None
+                for c in configs
+            ]
+            if all(p is not None for p in chance):
+                acq = acq * np.array(chance, dtype=float)
+                constraints = {
+                    n: {k: v for k, v in c.items() if k != MIN_RUNNING_REQUESTS}
+                    for n, c in constraints.items()
+                }
         for key in sorted({k for c in constraints.values() for k in c}):
             # "Came up" is known only as 1 (failed) or 0: feasible below one half. Other
             # margins (requests short of the floor, ms over a ceiling) are measured only
@@ -207,7 +239,80 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
         return np.array([features(self._space, config_of(t)) for t in trials])
 
 
-def recommend(space: SearchSpace, trials: Sequence[FrozenTrial]) -> FrozenTrial | None:
+class Posterior:
+    """Log throughput over configs: a GP on the measurements, around the performance
+    model's prediction when there is one (the GP then learns only the residual).
+
+    The prediction is combined with what the GP would assume from scratch (the mean of
+    the measurements, PRIOR_LOG_SD), each weighed by its precision: where the physics is
+    sure (a chain shallower than one deployed) it decides; far from anything deployed
+    (a deep wide tree after one chain) its guess counts for less than its optimism.
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        gp: GP,
+        model: perf.PerfModel | None = None,
+        flat: float = 0.0,
+    ) -> None:
+        self.space, self.gp, self.model, self.flat = space, gp, model, flat
+
+    @classmethod
+    def fit(
+        cls,
+        space: SearchSpace,
+        scored: Sequence[FrozenTrial],
+        model: perf.PerfModel | None,
+        noise_sd: Sequence[float] = NOISE_SD,
+    ) -> Posterior:
+        X = np.array([features(space, config_of(t)) for t in scored])
+        y = np.array([math.log(value_of(t) or 1.0) for t in scored])
+        flat = float(y.mean())
+        configs = [config_of(t) for t in scored]
+        if model is None or model.predict_many(configs) is None:
+            # No model, or a config it cannot place: the GP from scratch.
+            gp = GP.fit(X, y, prior_sd=PRIOR_LOG_SD, noise_sd=noise_sd, point_sd=point_sd(scored))
+            return cls(space, gp)
+        prior, _ = combined_prior(model, flat, configs)
+        gp = GP.fit(
+            X, y - prior, prior_sd=RESIDUAL_PRIOR_SD, noise_sd=noise_sd, point_sd=point_sd(scored)
+        )
+        return cls(space, gp, model, flat)
+
+    def predict(self, configs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and sd of each config's log value."""
+        X = np.array([features(self.space, c) for c in configs])
+        mu, sd = self.gp.predict(X)
+        if self.model is None:
+            return mu, sd
+        prior, prior_sd = combined_prior(self.model, self.flat, configs)
+        return prior + mu, np.sqrt(sd**2 + prior_sd**2)
+
+    def believing(self, configs: Sequence[dict[str, Any]]) -> Posterior:
+        """The same posterior with `configs` measured at its own prediction ("kriging
+        believer"): their neighbourhood loses the uncertainty their results will remove."""
+        Xb = np.array([features(self.space, c) for c in configs])
+        believed, _ = self.gp.predict(Xb)
+        return Posterior(self.space, self.gp.condition(Xb, believed), self.model, self.flat)
+
+
+def combined_prior(
+    model: perf.PerfModel, flat: float, configs: Sequence[dict[str, Any]]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The model's prediction of each config's log value combined with the flat prior
+    (`flat`, PRIOR_LOG_SD) by precision: its mean and sd."""
+    predicted = model.predict_many(configs)
+    if predicted is None:
+        return np.full(len(configs), flat), np.full(len(configs), PRIOR_LOG_SD)
+    mu, sd = predicted
+    w_model, w_flat = 1.0 / np.maximum(sd, 1e-6) ** 2, 1.0 / PRIOR_LOG_SD**2
+    return (mu * w_model + flat * w_flat) / (w_model + w_flat), 1.0 / np.sqrt(w_model + w_flat)
+
+
+def recommend(
+    space: SearchSpace, trials: Sequence[FrozenTrial], target: perf.Target | None = None
+) -> FrozenTrial | None:
     """The feasible trial the model believes best: its measurement pooled with its neighbours'.
 
     One benchmark carries the server's start-to-start noise (about 2 %); the raw
@@ -220,15 +325,11 @@ def recommend(space: SearchSpace, trials: Sequence[FrozenTrial]) -> FrozenTrial 
     feasible = [t for t in scored if t.state == TrialState.COMPLETE and _feasible(t)]
     if not feasible:
         return None
-    if len(scored) < 3:
+    model = perf.build(space, target, trials)[0] if target is not None else None
+    if len(scored) < 3 and model is None:
         return max(feasible, key=lambda t: (t.values[0], -t.number))
-    X = np.array([features(space, config_of(t)) for t in scored])
-    y = np.array([math.log(value_of(t) or 1.0) for t in scored])
-    Xf = np.array([features(space, config_of(t)) for t in feasible])
-    model = GP.fit(
-        X, y, prior_sd=PRIOR_LOG_SD, noise_sd=RECOMMEND_NOISE_SD, point_sd=point_sd(scored)
-    )
-    mu, _ = model.predict(Xf)
+    posterior = Posterior.fit(space, scored, model, RECOMMEND_NOISE_SD)
+    mu, _ = posterior.predict([config_of(t) for t in feasible])
     return feasible[int(np.argmax(mu))]
 
 

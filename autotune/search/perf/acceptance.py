@@ -1,0 +1,247 @@
+"""Accept length of any draft shape, from what the deployed ones accepted.
+
+A chain of k drafted tokens is accepted up to its first miss: with `reach[i]`
+the chance that at least i drafts of a verify step are accepted, the mean
+tokens a step emits (the bonus token included) is `1 + reach[1] + ... +
+reach[k]`, and a shallower chain of the same drafter reaches each position
+as often. So one deep deployment whose server counts acceptance per position
+(SGLang's per-request `spec_correct_drafts_histogram`, vLLM's per-position
+counters) measures what every shallower chain would accept; a server that
+only gives the mean (llama.cpp's `timings`) pins one sum per deployment.
+
+Positions no deployment reached are extrapolated by a three-parameter curve
+of the conditional acceptance, `alpha_j = a * r ** (j ** p)` (j = 0 for the
+first draft), fitted to every chain seen. A tree (topk > 1) spends the draft
+tokens beyond its depth where a best-first tree puts them: on the depth
+whose extra candidate adds most, each candidate catching a share of the
+misses, `1 - (1 - alpha_j) * omega ** log2(width)`; omega is fitted to the
+trees deployed (a wide prior before the first).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+#: Grid the curve's parameters are fitted on (cheap, deterministic, no optimiser).
+_A = np.linspace(0.05, 0.995, 39)
+_R = np.linspace(0.4, 1.0, 31)
+_P = np.array([0.5, 0.75, 1.0, 1.25, 1.5, 2.0, 2.5, 3.0])
+#: Deepest position the curve is tabulated for.
+MAX_DEPTH = 64
+#: omega before any tree was deployed, and the values a fit tries.
+OMEGA_PRIOR = 0.6
+_OMEGA = np.linspace(0.2, 1.0, 41)
+#: Relative error of a predicted accept length: a measured chain (sampling only), each
+#: position extrapolated past the deepest measured one, a tree by a fitted and by the
+#: prior omega.
+SD_MEASURED = 0.01
+SD_PER_EXTRAPOLATED = 0.04
+SD_TREE_FITTED = 0.03
+SD_TREE_PRIOR = 0.12
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What one deployment accepted: its shape and mean accept length, and the per-position
+    reach when the server counted it (reach[i - 1] = P(at least i drafts accepted))."""
+
+    steps: int
+    topk: int
+    draft: int
+    accept_length: float
+    reach: tuple[float, ...] | None = None
+
+    @property
+    def depth(self) -> int:
+        return max(0, min(self.steps, self.draft - 1))
+
+    @property
+    def chain(self) -> bool:
+        return self.topk == 1 or self.draft - 1 <= self.depth
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """The fitted acceptance of one drafter on one workload."""
+
+    measured_reach: tuple[float, ...]
+    """Pooled reach of the positions some deployment counted (empty: none counted)."""
+    curve: tuple[float, float, float]
+    """(a, r, p) of the conditional acceptance past the measured positions."""
+    omega: float
+    trees_seen: int
+    chains_seen: int
+
+    @classmethod
+    def fit(cls, seen: Sequence[Seen]) -> Acceptance | None:
+        """None when nothing speculating was deployed."""
+        drafting = [s for s in seen if s.depth > 0 and s.accept_length > 0]
+        if not drafting:
+            return None
+        measured = _pooled_reach(drafting)
+        chains = [s for s in drafting if s.chain]
+        trees = [s for s in drafting if not s.chain]
+        curve = _fit_curve(chains or drafting, measured)
+        model = cls(measured, curve, OMEGA_PRIOR, len(trees), len(chains))
+        if trees:
+            model = _fit_omega(model, trees)
+        return model
+
+    def alphas(self, depth: int) -> list[float]:
+        """Conditional acceptance of positions 1..depth of a chain."""
+        a, r, p = self.curve
+        out: list[float] = []
+        prev = 1.0
+        for j in range(depth):
+            if j < len(self.measured_reach):
+                reach = self.measured_reach[j]
+                out.append(min(1.0, reach / prev) if prev > 0 else 0.0)
+                prev = reach
+            else:
+                out.append(a * r ** (j**p))
+        return out
+
+    def length(self, steps: int, topk: int, draft: int) -> float:
+        """Mean tokens one verify step emits, the bonus token included."""
+        return _length(self, steps, topk, draft)
+
+    def _length(self, steps: int, topk: int, draft: int) -> float:
+        depth = max(0, min(steps, draft - 1))
+        if depth == 0:
+            return 1.0
+        # Rounded to 0.002 (an accept length to well under 1 %): fits that differ by less
+        # share the cached trees.
+        alphas = tuple(round(x * 500) / 500 for x in self.alphas(depth))
+        return tree_length(alphas, topk, min(draft - 1, steps * topk) - depth, self.omega)
+
+    def relative_sd(self, steps: int, topk: int, draft: int) -> float:
+        """How well the prediction is known, relative to it."""
+        depth = max(0, min(steps, draft - 1))
+        extrapolated = max(0, depth - len(self.measured_reach)) if self.measured_reach else depth
+        if not self.measured_reach and self.chains_seen:
+            extrapolated = max(0, extrapolated - 1)  # a mean pins one sum
+        sd = SD_MEASURED + SD_PER_EXTRAPOLATED * extrapolated
+        if topk > 1 and draft - 1 > depth:
+            sd += SD_TREE_FITTED if self.trees_seen else SD_TREE_PRIOR
+        return sd
+
+
+@lru_cache(maxsize=65536)
+def _length(model: Acceptance, steps: int, topk: int, draft: int) -> float:
+    return model._length(steps, topk, draft)
+
+
+@lru_cache(maxsize=65536)
+def tree_length(alphas: tuple[float, ...], topk: int, extra: int, omega: float) -> float:
+    """Mean tokens per verify step of a best-first tree: a chain with conditional acceptance
+    `alphas`, widened by `extra` more candidates (at most `topk` per depth)."""
+    dist = tree_accept_dist(alphas, topk, extra, omega)
+    return sum((i + 1) * p for i, p in enumerate(dist))
+
+
+def tree_accept_dist(
+    alphas: Sequence[float], topk: int, extra: int, omega: float
+) -> tuple[float, ...]:
+    """P(tokens emitted per verify step = 1, 2, ...) of that tree (the bonus token counts)."""
+    depth = len(alphas)
+    if depth == 0:
+        return (1.0,)
+    widths = [1] * depth
+    q = list(alphas)
+
+    def widened(j: int, w: int) -> float:
+        return 1.0 - (1.0 - alphas[j]) * omega ** math.log2(w)
+
+    for _ in range(max(0, extra)):
+        reach: list[float] = []
+        p = 1.0
+        for j in range(depth):
+            p *= q[j]
+            reach.append(p)
+        tail = 0.0
+        best_gain, best_j = 0.0, -1
+        for j in range(depth - 1, -1, -1):
+            tail += reach[j]
+            if widths[j] >= topk or q[j] <= 0:
+                continue
+            gain = (widened(j, widths[j] + 1) / q[j] - 1.0) * tail
+            if gain > best_gain:
+                best_gain, best_j = gain, j
+        if best_j < 0:
+            break
+        widths[best_j] += 1
+        q[best_j] = widened(best_j, widths[best_j])
+    dist = []
+    reach_p = 1.0
+    for j in range(depth):
+        dist.append(reach_p * (1.0 - q[j]))
+        reach_p *= q[j]
+    dist.append(reach_p)
+    return tuple(dist)
+
+
+def reach_from_histogram(histogram: Sequence[int]) -> tuple[float, ...] | None:
+    """P(at least i drafts accepted), i = 1.., from counts of verify steps that accepted
+    exactly 0, 1, 2, ... drafts (SGLang's `spec_correct_drafts_histogram`)."""
+    total = sum(histogram)
+    if total <= 0:
+        return None
+    tail = list(itertools.accumulate(reversed(histogram)))[::-1]
+    return tuple(t / total for t in tail[1:])
+
+
+def _pooled_reach(seen: Sequence[Seen]) -> tuple[float, ...]:
+    """Mean reach per position over the chains that counted it (a tree's positions are
+    widened: not the chain's)."""
+    rows = [s.reach[: s.depth] for s in seen if s.reach and s.chain]
+    if not rows:
+        return ()
+    deepest = max(len(r) for r in rows)
+    out = []
+    for i in range(deepest):
+        vals = [r[i] for r in rows if len(r) > i]
+        out.append(float(np.mean(vals)))
+    # Reach never grows with depth (averaging rows of different depths could make it).
+    return tuple(itertools.accumulate(out, min))
+
+
+@lru_cache(maxsize=1)
+def _curve_grid() -> tuple[np.ndarray, np.ndarray]:
+    """Every (a, r, p) of the grid and its cumulative reach over MAX_DEPTH positions."""
+    params = np.array(list(itertools.product(_A, _R, _P)))
+    j = np.arange(MAX_DEPTH, dtype=float)
+    alphas = params[:, :1] * params[:, 1:2] ** (j[None, :] ** params[:, 2:3])
+    return params, np.cumprod(np.clip(alphas, 0.0, 1.0), axis=1)
+
+
+def _fit_curve(seen: Sequence[Seen], measured: tuple[float, ...]) -> tuple[float, float, float]:
+    """Least squares over the grid: the counted reach, and each chain's mean accept length
+    (a tree's length bounds the chain's from above and says little: used only when nothing
+    else was seen). A weak pull towards slow decay breaks ties."""
+    params, reach = _curve_grid()
+    sse = np.zeros(len(params))
+    for i, r in enumerate(measured):
+        sse += (reach[:, i] - r) ** 2
+    for s in seen:
+        d = min(s.depth, MAX_DEPTH)
+        predicted = 1.0 + reach[:, :d].sum(axis=1)
+        sse += ((predicted - s.accept_length) / max(1.0, d**0.5)) ** 2
+    sse += 1e-4 * ((params[:, 1] - 0.9) ** 2 + np.log(params[:, 2]) ** 2)
+    a, r, p = params[int(np.argmin(sse))]
+    return float(a), float(r), float(p)
+
+
+def _fit_omega(model: Acceptance, trees: Sequence[Seen]) -> Acceptance:
+    def err(omega: float) -> float:
+        probe = Acceptance(model.measured_reach, model.curve, float(omega), 0, model.chains_seen)
+        return sum((probe.length(s.steps, s.topk, s.draft) - s.accept_length) ** 2 for s in trees)
+
+    errors = [err(w) + 1e-4 * (w - OMEGA_PRIOR) ** 2 for w in _OMEGA]
+    omega = float(_OMEGA[int(np.argmin(errors))])
+    return Acceptance(model.measured_reach, model.curve, omega, len(trees), model.chains_seen)

@@ -1,0 +1,347 @@
+"""What a deployment would show, predicted from the ones measured: the sampler's prior.
+
+Per objective level c, a config that runs B = min(c, max_running_requests)
+requests at once, emits L tokens per verify step and iterates every T
+seconds delivers
+
+    throughput = B * L / T
+
+- B: capacity, from the engine's memory rule (`autotune/search/capacity.py`:
+  1 / max_running_requests is a line in the KV tokens a request reserves; two
+  deployments pin it);
+- L: acceptance per position (`acceptance.py`): a deep chain measures every
+  shallower one;
+- T: step cost (`step_cost.py`), linear in steps, batch and verified tokens.
+
+The objective's value (a level, or the geometric mean over levels) follows;
+each part carries its own uncertainty. The model is checked before it is
+trusted: once MIN_CHECKED deployments were measured, each of the latest
+CHECKED is predicted from the others (leave one out), and a root-mean-square
+error above MISFIT turns it off -- the sampler then runs as before (a GP
+from scratch) and the study's record says why. It is off from the start
+where its physics does not hold: a space without `draft_shape` (n-gram
+drafting, adaptive speculation), the Pareto objective, or deployments whose
+server reported no accept length.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from optuna.trial import FrozenTrial
+
+from autotune.search import capacity
+from autotune.space import SearchSpace
+
+from .acceptance import Acceptance, Seen, reach_from_histogram
+from .step_cost import StepCost, Timed
+
+#: Deployments measured before predictions are checked against them, and how many of
+#: the latest are checked.
+MIN_CHECKED = 3
+CHECKED = 6
+#: Leave-one-out RMS error of the log value above which the model is not trusted.
+MISFIT = 0.08
+#: Relative error of a capacity-limited batch when only its rule bounds are known.
+_CAPACITY_SD = 0.05
+#: The trial user attribute the sampler writes its prediction to, and the study's.
+PREDICTED = "predicted"
+STATUS = "performance_model"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the study scores: its levels, how they combine, its floor on running requests."""
+
+    levels: tuple[int, ...]
+    mode: str
+    level: int | None = None
+    floor: int | None = None
+
+    @property
+    def scored(self) -> tuple[int, ...]:
+        return (self.level,) if self.mode == "single" and self.level is not None else self.levels
+
+
+@dataclass(frozen=True)
+class Deployed:
+    """One measured deployment, as the model reads it."""
+
+    number: int
+    config: dict[str, Any]
+    shape: tuple[int, int, int]
+    running: int | None
+    memory: float | None
+    levels: tuple[dict[str, Any], ...]
+    log_value: float | None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    log_value: float
+    sd: float
+    per_level: dict[int, float]
+    """Predicted throughput per scored level (tok/s)."""
+    accept_length: float
+    running: float | None
+
+    def attrs(self) -> dict[str, Any]:
+        return {
+            "value": round(math.exp(self.log_value), 2),
+            "sd": round(self.sd, 4),
+            "output_tok_s": {str(c): round(v, 1) for c, v in self.per_level.items()},
+            "accept_length": round(self.accept_length, 3),
+            **({"max_running_requests": round(self.running, 1)} if self.running else {}),
+        }
+
+
+@dataclass(frozen=True)
+class PerfModel:
+    space: SearchSpace
+    target: Target
+    acceptance: Acceptance
+    cost: StepCost
+    capacity_points: tuple[tuple[float, int], ...]
+    deployed: tuple[Deployed, ...]
+    _cache: dict[Any, Prediction] = field(default_factory=dict, compare=False, repr=False)
+    """Predictions by (draft shape, tokens reserved): all a prediction depends on."""
+
+    # -- fitting ---------------------------------------------------------------------
+    @classmethod
+    def fit(
+        cls, space: SearchSpace, target: Target, deployed: Sequence[Deployed]
+    ) -> PerfModel | str:
+        """The model, or why there is none."""
+        seen, timed = [], []
+        for d in deployed:
+            steps, topk, draft = d.shape
+            lengths = [_accept_length(r) for r in d.levels]
+            known = [x for x in lengths if x]
+            if steps > 0 and not known:
+                continue  # the server said nothing about acceptance
+            length = float(np.mean(known)) if known else 1.0
+            seen.append(Seen(steps, topk, draft, length, _reach(d.levels)))
+            for r, lv in zip(d.levels, lengths, strict=True):
+                tput = float(r.get("output_throughput") or 0.0)
+                batch = _batch(int(r["concurrency"]), d.running)
+                if tput > 0:
+                    timed.append(Timed(steps, topk, draft, batch, batch * (lv or length) / tput))
+        if not seen:
+            return "no deployment measured an accept length yet"
+        acceptance = Acceptance.fit(seen) if any(s.depth > 0 for s in seen) else None
+        if acceptance is None:
+            return "no speculating deployment measured yet"
+        cost = StepCost.fit(timed)
+        if cost is None:
+            return "no level measured a throughput yet"
+        points = tuple(
+            (d.memory, d.running) for d in deployed if d.memory is not None and d.running
+        )
+        return cls(space, target, acceptance, cost, points, tuple(deployed))
+
+    # -- predicting --------------------------------------------------------------------
+    def running(self, config: Mapping[str, Any]) -> tuple[float | None, float]:
+        """Predicted max_running_requests (None: unknown) and its relative sd."""
+        m = self.space.memory_tokens(config)
+        if m is None or not self.capacity_points:
+            return None, 0.0
+        same = [r for pm, r in self.capacity_points if pm == m]
+        if same:
+            return float(np.mean(same)), 0.0
+        b = capacity.rule_bounds(self.capacity_points, m)
+        if b is not None and math.isfinite(b[1]) and b[0] > 0:
+            low, high = b
+            # Uniform in 1 / running between the bounds: its middle.
+            return 2.0 / (1.0 / low + 1.0 / high), (high - low) / (high + low)
+        p = capacity.fit(self.capacity_points, m)
+        if p is not None and math.isfinite(p.high):
+            return p.max_running_requests, max(_CAPACITY_SD, (p.high - p.low) / (4 * p.high))
+        # Nearest deployed reservation: the rule says fewer requests for more tokens.
+        pm, r = min(self.capacity_points, key=lambda x: abs(x[0] - m))
+        return float(r) * (pm / m if m > pm else 1.0), 0.3
+
+    def predict(self, config: Mapping[str, Any]) -> Prediction | None:
+        shape = self.space.shape(config)
+        if shape is None:
+            return None
+        key = (shape, self.space.memory_tokens(config))
+        if key not in self._cache:
+            self._cache[key] = self._predict(config, shape)
+        return self._cache[key]
+
+    def _predict(self, config: Mapping[str, Any], shape: tuple[int, int, int]) -> Prediction:
+        steps, topk, draft = shape
+        length = self.acceptance.length(steps, topk, draft)
+        l_sd = self.acceptance.relative_sd(steps, topk, draft) if steps > 0 else 0.0
+        running, r_sd = self.running(config)
+        logs, variances, per_level = [], [], {}
+        for c in self.target.scored:
+            batch = _batch(c, running)
+            t, t_sd = self.cost.predict(steps, topk, draft, batch)
+            tput = batch * length / t
+            per_level[c] = tput
+            logs.append(math.log(tput))
+            capped = running is not None and running < c
+            variances.append((t_sd / t) ** 2 + (r_sd**2 if capped else 0.0))
+        n = len(logs)
+        log_value = sum(logs) / n
+        # Acceptance is common to every level; the levels' step costs are not independent
+        # either (one fit): their sds are averaged, not pooled.
+        sd = math.sqrt(l_sd**2 + (sum(math.sqrt(v) for v in variances) / n) ** 2)
+        return Prediction(log_value, sd, per_level, length, running)
+
+    def predict_many(
+        self, configs: Sequence[Mapping[str, Any]]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        out = [self.predict(c) for c in configs]
+        if any(p is None for p in out):
+            return None
+        return (
+            np.array([p.log_value for p in out if p is not None]),
+            np.array([p.sd for p in out if p is not None]),
+        )
+
+
+def build(
+    space: SearchSpace, target: Target | None, trials: Sequence[FrozenTrial]
+) -> tuple[PerfModel | None, dict[str, Any]]:
+    """The checked model over a study's measured trials, and the status the study records.
+
+    The sampler and the declared best ask for the same trials in turn: the last answer is
+    kept."""
+    from autotune.search.gp.sampler import measured
+
+    key = (id(space), target, tuple((t.number, t.datetime_complete) for t in measured(trials)))
+    if _last[0] != key:
+        _last[:] = [key, _build(space, target, trials)]
+    return _last[1]
+
+
+_last: list[Any] = [None, None]
+
+
+def _build(
+    space: SearchSpace, target: Target | None, trials: Sequence[FrozenTrial]
+) -> tuple[PerfModel | None, dict[str, Any]]:
+    if target is None:
+        return None, {"on": False, "reason": "not used (study.performance_model: false)"}
+    if space.draft_shape is None:
+        reason = "the space has no draft_shape (n-gram or adaptive drafting: no chain to model)"
+        return None, {"on": False, "reason": reason}
+    if target.mode == "pareto":
+        return None, {"on": False, "reason": "the Pareto objective scores no single value"}
+    deployed = deployments(space, target, trials)
+    model = PerfModel.fit(space, target, deployed)
+    if isinstance(model, str):
+        return None, {"on": False, "reason": model, "fitted_on": 0}
+    status: dict[str, Any] = {"on": True, "fitted_on": len(deployed)}
+    rms = loo_error(space, target, deployed)
+    if rms is not None:
+        status["loo_rms"] = round(rms, 4)
+        if rms > MISFIT:
+            status.update(
+                on=False,
+                reason=(
+                    f"its predictions missed the measured values by {rms:.1%} RMS (each of the "
+                    f"latest {min(CHECKED, len(deployed))} deployments predicted from the "
+                    f"others; trusted below {MISFIT:.0%}): the GP learns from scratch"
+                ),
+            )
+            return None, status
+    return model, status
+
+
+def describe(status: Mapping[str, Any]) -> str:
+    """The study's `performance_model` record as one line."""
+    if not status.get("on"):
+        return f"off: {status.get('reason', 'not fitted yet')}"
+    text = f"on, fitted on {status.get('fitted_on')} deployments"
+    if status.get("loo_rms") is not None:
+        text += f", leave-one-out error {float(status['loo_rms']):.1%} RMS"
+    return text
+
+
+def loo_error(space: SearchSpace, target: Target, deployed: Sequence[Deployed]) -> float | None:
+    scored = [i for i, d in enumerate(deployed) if d.log_value is not None]
+    if len(scored) < MIN_CHECKED:
+        return None
+    errors = []
+    for i in scored[-CHECKED:]:
+        d, rest = deployed[i], [*deployed[:i], *deployed[i + 1 :]]
+        model = PerfModel.fit(space, target, rest)
+        if isinstance(model, str):
+            continue
+        p = model.predict(d.config)
+        if p is not None and d.log_value is not None:
+            errors.append(p.log_value - d.log_value)
+    if len(errors) < MIN_CHECKED - 1:
+        return None
+    return float(np.sqrt(np.mean(np.square(errors))))
+
+
+def deployments(
+    space: SearchSpace, target: Target, trials: Sequence[FrozenTrial]
+) -> list[Deployed]:
+    """Measured trials with a draft shape and levels, in the order they ran."""
+    from autotune.search.gp.sampler import config_of, measured, value_of
+
+    out = []
+    for t in sorted(measured(trials), key=lambda t: t.number):
+        config = config_of(t)
+        shape = space.shape(config)
+        rows = t.user_attrs.get("levels")
+        if shape is None or not isinstance(rows, list) or not rows:
+            continue
+        running = t.user_attrs.get("max_running_requests")
+        value = value_of(t)
+        complete = all(c in {r.get("concurrency") for r in rows} for c in target.scored)
+        out.append(
+            Deployed(
+                t.number,
+                config,
+                shape,
+                running if isinstance(running, int) else None,
+                space.memory_tokens(config),
+                tuple(r for r in rows if isinstance(r, dict) and "concurrency" in r),
+                math.log(value) if value and value > 0 and complete else None,
+            )
+        )
+    return out
+
+
+def _batch(concurrency: int, running: float | None) -> float:
+    return float(min(concurrency, running)) if running else float(concurrency)
+
+
+def _accept_length(row: Mapping[str, Any]) -> float | None:
+    for key in ("accept_length", "server_accept_length"):
+        v = row.get(key)
+        if isinstance(v, (int, float)) and v > 0:
+            return float(v)
+    return None
+
+
+def _reach(rows: Sequence[Mapping[str, Any]]) -> tuple[float, ...] | None:
+    """Per-position reach pooled over a deployment's levels: SGLang's histogram of accepted
+    drafts per verify step, or vLLM's per-position acceptance (already a reach)."""
+    histogram: list[int] = []
+    for r in rows:
+        h = r.get("accept_histogram")
+        if isinstance(h, list):
+            histogram = [a + b for a, b in _padded(histogram, h)]
+    if histogram:
+        return reach_from_histogram(histogram)
+    rates = [r.get("server_acceptance_per_position") for r in rows]
+    rates = [x for x in rates if isinstance(x, list) and x]
+    if rates:
+        return tuple(float(np.mean([x[i] for x in rates])) for i in range(min(map(len, rates))))
+    return None
+
+
+def _padded(a: Sequence[int], b: Sequence[int]) -> list[tuple[int, int]]:
+    n = max(len(a), len(b))
+    return [(a[i] if i < len(a) else 0, int(b[i]) if i < len(b) else 0) for i in range(n)]
