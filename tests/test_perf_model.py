@@ -271,7 +271,9 @@ def test_a_study_predicts_each_config_before_deploying_it(tmp_path: Path) -> Non
             # (a request's last step counts what was accepted, not what fit in max_tokens)
             assert tokens / sum(hist) == pytest.approx(level["accept_length"], rel=0.1)
     predicted = [t for t in deployed if t.user_attrs.get(perf.PREDICTED)]
-    assert len(predicted) == len(deployed) - 1  # all but the baseline
+    # The first proposal after the baseline is predicted (the model is on from there); later
+    # ones are while it stays on (noisy half-second windows may turn it off).
+    assert deployed[1] in predicted and deployed[0] not in predicted
     # Half-second windows are noisy: the model may have turned itself off by the end.
     status = study.user_attrs[perf.STATUS]
     shown = autotune("status", "--config", str(config), cwd=tmp_path)
