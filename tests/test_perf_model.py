@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 import pytest
 import yaml
@@ -19,7 +20,12 @@ from autotune.config import load_config
 from autotune.errors import ConfigError
 from autotune.search import capacity, perf
 from autotune.search import study as st
-from autotune.search.perf.acceptance import Acceptance, Seen, tree_accept_dist
+from autotune.search.perf.acceptance import (
+    Acceptance,
+    Seen,
+    length_sampling_sd,
+    tree_accept_dist,
+)
 from autotune.search.perf.model import MISFIT, Target
 from autotune.search.perf.step_cost import StepCost, Timed
 from autotune.space import load_space, space_from_dict
@@ -61,6 +67,36 @@ def test_sglangs_histogram_is_read_as_reach_per_position() -> None:
     # 10 verify steps accepted 0 drafts, 30 one, 60 two: P(>= 1) = 0.9, P(>= 2) = 0.6.
     assert perf.reach_from_histogram([10, 30, 60]) == pytest.approx((0.9, 0.6))
     assert perf.reach_from_histogram([0, 0]) is None
+
+
+def test_the_sampling_error_of_an_accept_length_matches_drawn_verify_steps() -> None:
+    # Nested hits: a verify step accepting k drafts reaches positions 1..k.
+    reach = (0.9, 0.8, 0.7, 0.55, 0.4, 0.25)
+    rng = np.random.default_rng(0)
+    u = rng.random((20000, 40))
+    accepted = (u[..., None] < np.array(reach)).sum(axis=-1)  # per step: drafts accepted
+    means = 1 + accepted.mean(axis=1)  # 20000 windows of 40 verify steps
+    assert means.std() == pytest.approx(length_sampling_sd(reach, 40), rel=0.03)
+
+
+def test_a_chain_counted_on_few_verify_steps_says_its_accept_length_is_that_uncertain() -> None:
+    alphas = chain_alphas(6)
+    reach = reach_of(alphas)
+    few = Acceptance.fit([Seen(6, 1, 7, length_of(alphas), reach, drafts=32)])
+    many = Acceptance.fit([Seen(6, 1, 7, length_of(alphas), reach, drafts=32000)])
+    unknown = Acceptance.fit([Seen(6, 1, 7, length_of(alphas), reach)])
+    assert few is not None and many is not None and unknown is not None
+    expected = length_sampling_sd(reach[:4], 32) / length_of(alphas[:4])
+    assert few.relative_sd(4, 1, 5) == pytest.approx(math.hypot(0.01, expected), rel=1e-6)
+    assert many.relative_sd(4, 1, 5) == pytest.approx(0.01, abs=0.002)
+    assert unknown.relative_sd(4, 1, 5) == pytest.approx(0.01)
+    # Pooled rows weigh by the steps they counted.
+    pooled = Acceptance.fit(
+        [Seen(2, 1, 3, 1.7, (0.5, 0.2), drafts=10), Seen(2, 1, 3, 2.3, (0.8, 0.5), drafts=30)]
+    )
+    assert pooled is not None
+    assert pooled.measured_reach == pytest.approx((0.725, 0.425))
+    assert pooled.measured_drafts == (40.0, 40.0)
 
 
 def test_positions_past_the_deepest_counted_are_extrapolated_by_the_curve() -> None:

@@ -471,7 +471,7 @@ def _predictions(page: Page) -> str:
                 _cell_num(_num(p.get("value"))),
                 _cell_num(_num(value)),
                 _cell_num(error),
-                _cell_num(_num(p.get("accept_length"), 2)),
+                _cell_num(_with_sd(p.get("accept_length"), p.get("accept_length_sd"))),
                 _cell_num(_num(sum(accepts) / len(accepts), 2) if accepts else "—"),
                 _cell_num(_num(p.get("max_running_requests"))),
                 _cell_num(_num(t.max_running_requests, 0)),
@@ -483,6 +483,12 @@ def _predictions(page: Page) -> str:
         "step cost from the levels measured), against what the deployment then measured.</p>"
     )
     return _section("predictions", "Predicted before deploying", intro + _table(head, body_rows))
+
+
+def _with_sd(value: Any, sd: Any) -> str:
+    """`3.84 ± 0.25`: a prediction with its standard deviation, when it has one."""
+    text = _num(value, 2)
+    return f"{text} ± {sd:.2f}" if isinstance(sd, (int, float)) and sd > 0 and text != "—" else text
 
 
 def _adaptive(page: Page) -> str:

@@ -20,6 +20,7 @@ trees deployed (a wide prior before the first).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
@@ -37,9 +38,9 @@ MAX_DEPTH = 64
 #: omega before any tree was deployed, and the values a fit tries.
 OMEGA_PRIOR = 0.6
 _OMEGA = np.linspace(0.2, 1.0, 41)
-#: Relative error of a predicted accept length: a measured chain (sampling only), each
-#: position extrapolated past the deepest measured one, a tree by a fitted and by the
-#: prior omega.
+#: Relative error of a predicted accept length: a measured chain (beyond the sampling error
+#: of the verify steps counted, when the server said how many), each position extrapolated
+#: past the deepest measured one, a tree by a fitted and by the prior omega.
 SD_MEASURED = 0.01
 SD_PER_EXTRAPOLATED = 0.04
 SD_TREE_FITTED = 0.03
@@ -56,6 +57,8 @@ class Seen:
     draft: int
     accept_length: float
     reach: tuple[float, ...] | None = None
+    drafts: float | None = None
+    """Verify steps the reach was counted on (None: the server did not say)."""
 
     @property
     def depth(self) -> int:
@@ -72,6 +75,8 @@ class Acceptance:
 
     measured_reach: tuple[float, ...]
     """Pooled reach of the positions some deployment counted (empty: none counted)."""
+    measured_drafts: tuple[float | None, ...]
+    """Verify steps behind each measured position (None: some row's count unknown)."""
     curve: tuple[float, float, float]
     """(a, r, p) of the conditional acceptance past the measured positions."""
     omega: float
@@ -84,11 +89,11 @@ class Acceptance:
         drafting = [s for s in seen if s.depth > 0 and s.accept_length > 0]
         if not drafting:
             return None
-        measured = _pooled_reach(drafting)
+        measured, counted = _pooled_reach(drafting)
         chains = [s for s in drafting if s.chain]
         trees = [s for s in drafting if not s.chain]
         curve = _fit_curve(chains or drafting, measured)
-        model = cls(measured, curve, OMEGA_PRIOR, len(trees), len(chains))
+        model = cls(measured, counted, curve, OMEGA_PRIOR, len(trees), len(chains))
         if trees:
             model = _fit_omega(model, trees)
         return model
@@ -126,10 +131,31 @@ class Acceptance:
         extrapolated = max(0, depth - len(self.measured_reach)) if self.measured_reach else depth
         if not self.measured_reach and self.chains_seen:
             extrapolated = max(0, extrapolated - 1)  # a mean pins one sum
-        sd = SD_MEASURED + SD_PER_EXTRAPOLATED * extrapolated
+        sd = math.hypot(SD_MEASURED, self._sampling_sd(depth)) + SD_PER_EXTRAPOLATED * extrapolated
         if topk > 1 and draft - 1 > depth:
             sd += SD_TREE_FITTED if self.trees_seen else SD_TREE_PRIOR
         return sd
+
+    def _sampling_sd(self, depth: int) -> float:
+        """Relative standard error of the measured positions' accept length; a deep chain
+        counted on a few dozen steps knows it to 5-10 %, not to SD_MEASURED's 1 %."""
+        n = min(depth, len(self.measured_reach))
+        counts = self.measured_drafts[:n]
+        if n == 0 or any(c is None or c <= 0 for c in counts):
+            return 0.0
+        reach = self.measured_reach[:n]
+        steps = min(c for c in counts if c is not None)
+        return length_sampling_sd(reach, steps) / (1 + sum(reach))
+
+
+def length_sampling_sd(reach: Sequence[float], steps: float) -> float:
+    """Standard error of a mean accept length `1 + reach[1..n]` counted on `steps` verify
+    steps. The positions' hits are nested (reaching j means reaching every i < j), so the
+    covariance of i and j > i is reach[j] * (1 - reach[i]) and adds to the variances."""
+    n = len(reach)
+    var = sum(x * (1 - x) for x in reach)
+    var += 2 * sum(reach[j] * (1 - reach[i]) for i in range(n) for j in range(i + 1, n))
+    return math.sqrt(max(0.0, var) / steps)
 
 
 @lru_cache(maxsize=65536)
@@ -196,19 +222,28 @@ def reach_from_histogram(histogram: Sequence[int]) -> tuple[float, ...] | None:
     return tuple(t / total for t in tail[1:])
 
 
-def _pooled_reach(seen: Sequence[Seen]) -> tuple[float, ...]:
-    """Mean reach per position over the chains that counted it (a tree's positions are
-    widened: not the chain's)."""
-    rows = [s.reach[: s.depth] for s in seen if s.reach and s.chain]
+def _pooled_reach(seen: Sequence[Seen]) -> tuple[tuple[float, ...], tuple[float | None, ...]]:
+    """Reach per position over the chains that counted it, weighted by their verify steps
+    when every row says how many (a tree's positions are widened: not the chain's), and
+    the steps behind each position."""
+    rows = [(s.reach[: s.depth], s.drafts) for s in seen if s.reach and s.chain]
     if not rows:
-        return ()
-    deepest = max(len(r) for r in rows)
-    out = []
+        return (), ()
+    deepest = max(len(r) for r, _ in rows)
+    out: list[float] = []
+    counted: list[float | None] = []
     for i in range(deepest):
-        vals = [r[i] for r in rows if len(r) > i]
-        out.append(float(np.mean(vals)))
+        vals = [(r[i], n) for r, n in rows if len(r) > i]
+        weights = [n for _, n in vals]
+        if all(w is not None and w > 0 for w in weights):
+            total = float(sum(w for w in weights if w is not None))
+            out.append(sum(v * (w or 0.0) for v, w in vals) / total)
+            counted.append(total)
+        else:
+            out.append(float(np.mean([v for v, _ in vals])))
+            counted.append(None)
     # Reach never grows with depth (averaging rows of different depths could make it).
-    return tuple(itertools.accumulate(out, min))
+    return tuple(itertools.accumulate(out, min)), tuple(counted)
 
 
 @lru_cache(maxsize=1)
@@ -239,9 +274,9 @@ def _fit_curve(seen: Sequence[Seen], measured: tuple[float, ...]) -> tuple[float
 
 def _fit_omega(model: Acceptance, trees: Sequence[Seen]) -> Acceptance:
     def err(omega: float) -> float:
-        probe = Acceptance(model.measured_reach, model.curve, float(omega), 0, model.chains_seen)
+        probe = dataclasses.replace(model, omega=float(omega), trees_seen=0)
         return sum((probe.length(s.steps, s.topk, s.draft) - s.accept_length) ** 2 for s in trees)
 
     errors = [err(w) + 1e-4 * (w - OMEGA_PRIOR) ** 2 for w in _OMEGA]
     omega = float(_OMEGA[int(np.argmin(errors))])
-    return Acceptance(model.measured_reach, model.curve, omega, len(trees), model.chains_seen)
+    return dataclasses.replace(model, omega=omega, trees_seen=len(trees))

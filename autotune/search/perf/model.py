@@ -87,6 +87,8 @@ class Prediction:
     per_level: dict[int, float]
     """Predicted throughput per scored level (tok/s)."""
     accept_length: float
+    accept_sd: float
+    """Relative sd of accept_length (sampling of the counts behind it and the model's own)."""
     running: float | None
 
     def attrs(self) -> dict[str, Any]:
@@ -95,6 +97,7 @@ class Prediction:
             "sd": round(self.sd, 4),
             "output_tok_s": {str(c): round(v, 1) for c, v in self.per_level.items()},
             "accept_length": round(self.accept_length, 3),
+            "accept_length_sd": round(self.accept_length * self.accept_sd, 3),
             **({"max_running_requests": round(self.running, 1)} if self.running else {}),
         }
 
@@ -124,7 +127,8 @@ class PerfModel:
             if steps > 0 and not known:
                 continue  # the server said nothing about acceptance
             length = float(np.mean(known)) if known else 1.0
-            seen.append(Seen(steps, topk, draft, length, _reach(d.levels)))
+            reach, drafts = _reach(d.levels)
+            seen.append(Seen(steps, topk, draft, length, reach, drafts))
             for r, lv in zip(d.levels, lengths, strict=True):
                 tput = float(r.get("output_throughput") or 0.0)
                 batch = _batch(int(r["concurrency"]), d.running)
@@ -192,7 +196,7 @@ class PerfModel:
         # Acceptance is common to every level; the levels' step costs are not independent
         # either (one fit): their sds are averaged, not pooled.
         sd = math.sqrt(l_sd**2 + (sum(math.sqrt(v) for v in variances) / n) ** 2)
-        return Prediction(log_value, sd, per_level, length, running)
+        return Prediction(log_value, sd, per_level, length, l_sd, running)
 
     def predict_many(
         self, configs: Sequence[Mapping[str, Any]]
@@ -325,21 +329,32 @@ def _accept_length(row: Mapping[str, Any]) -> float | None:
     return None
 
 
-def _reach(rows: Sequence[Mapping[str, Any]]) -> tuple[float, ...] | None:
-    """Per-position reach pooled over a deployment's levels: SGLang's histogram of accepted
-    drafts per verify step, or vLLM's per-position acceptance (already a reach)."""
+def _reach(rows: Sequence[Mapping[str, Any]]) -> tuple[tuple[float, ...] | None, float | None]:
+    """Per-position reach pooled over a deployment's levels, and the verify steps it was
+    counted on (None: unknown): SGLang's histogram of accepted drafts per verify step, or
+    the per-position acceptance of vLLM and llama.cpp (already a reach) with their count
+    of drafts."""
     histogram: list[int] = []
     for r in rows:
         h = r.get("accept_histogram")
         if isinstance(h, list):
             histogram = [a + b for a, b in _padded(histogram, h)]
     if histogram:
-        return reach_from_histogram(histogram)
-    rates = [r.get("server_acceptance_per_position") for r in rows]
-    rates = [x for x in rates if isinstance(x, list) and x]
-    if rates:
-        return tuple(float(np.mean([x[i] for x in rates])) for i in range(min(map(len, rates))))
-    return None
+        return reach_from_histogram(histogram), float(sum(histogram))
+    counted = [
+        (x, r.get("server_drafts"))
+        for r in rows
+        if isinstance(x := r.get("server_acceptance_per_position"), list) and x
+    ]
+    if not counted:
+        return None, None
+    depth = min(len(x) for x, _ in counted)
+    drafts = [n for _, n in counted]
+    if all(isinstance(n, (int, float)) and n > 0 for n in drafts):
+        total = float(sum(drafts))
+        reach = tuple(sum(x[i] * n for x, n in counted) / total for i in range(depth))
+        return reach, total
+    return tuple(float(np.mean([x[i] for x, _ in counted])) for i in range(depth)), None
 
 
 def _padded(a: Sequence[int], b: Sequence[int]) -> list[tuple[int, int]]:
