@@ -176,6 +176,10 @@ def test_a_level_that_misses_its_confidence_target_is_measured_again_and_marked(
         for level in t.user_attrs.get("levels", []):
             assert len(level["attempt_throughputs"]) == 2
             assert level["ci_target_met"] is False
+            # Both runs of the level, and every level, drew prompts the trial had not sent,
+            # each from a server whose cache was flushed.
+            assert level["prompts_repeated"] == 0
+            assert level["cache_flush"] == "flushed: POST /flush_cache"
 
 
 def test_a_second_worker_on_the_same_local_server_is_refused(tmp_path: Path) -> None:

@@ -77,6 +77,9 @@ class ToyEngine:
     async def counters(self, base_url: str, api_key: str | None) -> Counters | None:
         return None
 
+    async def flush_cache(self, base_url: str, api_key: str | None) -> str:
+        return "not flushed: this engine keeps no cache autotune can empty"
+
     def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:
         return None
 

@@ -9,6 +9,7 @@ never SSE chunks; throughput is measured over a steady-state window in which
 all C request slots are busy. See docs/benchmark.md.
 """
 
+from autotune.bench.deck import PromptDeck
 from autotune.bench.result import LevelResult, LevelSettings
 from autotune.bench.runner import GiveUpFn, LevelFailed, run_level
 from autotune.bench.workload import Workload, load_workload
@@ -18,6 +19,7 @@ __all__ = [
     "LevelFailed",
     "LevelResult",
     "LevelSettings",
+    "PromptDeck",
     "Workload",
     "load_workload",
     "run_level",

@@ -24,6 +24,7 @@ _SUMMED = (
     "window_requests",
     "chunks",
     "sent_output_tokens",
+    "prompts_repeated",
     "draft_tokens",
     "draft_accepted",
 )

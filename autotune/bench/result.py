@@ -179,6 +179,12 @@ class LevelResult:
     accept_histogram: tuple[int, ...] | None = None
     """Verify steps of the measured requests that accepted exactly 0, 1, 2, ... drafts
     (SGLang's per-request `spec_correct_drafts_histogram`, summed): acceptance per position."""
+    prompts_repeated: int = 0
+    """Measured requests whose prompt this trial had sent before (bench/deck.py: only once
+    the workload ran out, each pass with its own prefix)."""
+    cache_flush: str | None = None
+    """What was done to the server's caches before the level (`flushed: POST /flush_cache`),
+    or why nothing was; None when nobody asked (a bare `autotune bench`)."""
 
     @property
     def draft_acceptance(self) -> float | None:

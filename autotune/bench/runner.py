@@ -26,6 +26,7 @@ import httpx
 
 from autotune import log
 from autotune.bench.client import Streamer, make_client
+from autotune.bench.deck import PromptDeck
 from autotune.bench.degenerate import is_degenerate
 from autotune.bench.protocol import ENDPOINTS, Prompt, check_endpoint
 from autotune.bench.record import RequestRecord, estimate_tokens
@@ -75,10 +76,13 @@ async def run_level(
     endpoint: str = "chat",
     on_progress: ProgressFn | None = None,
     give_up: GiveUpFn | None = None,
+    deck: PromptDeck | None = None,
 ) -> LevelResult:
     """Measure one concurrency level of a running OpenAI-compatible or SGLang server.
 
-    `model` None asks `/v1/models` (and sends no model if that fails).
+    `model` None asks `/v1/models` (and sends no model if that fails). `deck` is where
+    prompts come from: the trial's one, so that no level repeats what an earlier level or
+    a warm-up sent; None: a fresh deck of the workload's prompts.
     Raises `LevelFailed` when the server cannot be measured or more than
     `settings.max_error_share` of the measured requests fail.
     """
@@ -96,7 +100,8 @@ async def run_level(
             ignore_eos=workload.ignore_eos,
             timeout_s=settings.request_timeout_s,
         )
-        return await _Level(streamer, workload, settings, on_progress, give_up).run()
+        deck = deck if deck is not None else PromptDeck(workload.prompts)
+        return await _Level(streamer, workload, settings, deck, on_progress, give_up).run()
 
 
 async def discover_model(client: httpx.AsyncClient) -> str | None:
@@ -118,10 +123,15 @@ class _Level:
         streamer: Streamer,
         workload: Workload,
         settings: LevelSettings,
+        deck: PromptDeck,
         on_progress: ProgressFn | None,
         give_up: GiveUpFn | None = None,
     ) -> None:
         self.streamer = streamer
+        self.deck = deck
+        self.sent: dict[int, Prompt] = {}
+        self.repeated: set[int] = set()
+        """Seqs whose prompt the trial had sent before (the deck ran out)."""
         self.give_up = give_up
         self.cut_short = False
         self.endpoint = streamer.endpoint
@@ -192,7 +202,7 @@ class _Level:
             while queue:
                 rec = queue.pop()
                 rec.seq = self._next_seq()
-                await self.streamer.send(rec, self._prompt(rec.seq))
+                await self.streamer.send(rec, self._draw(rec.seq))
 
         # min(n, C) requests at once: with n >= C all C connections are open
         # before the measured phase starts.
@@ -216,7 +226,7 @@ class _Level:
             seq = self._next_seq()
             rec = RequestRecord(i, seq, max_tokens)
             self.inflight[i] = rec
-            await self.streamer.send(rec, self._prompt(seq))
+            await self.streamer.send(rec, self._draw(seq))
             self.inflight[i] = None
             self._done(rec)
 
@@ -404,9 +414,12 @@ class _Level:
         self.seq += 1
         return self.seq - 1
 
-    def _prompt(self, seq: int) -> Prompt:
-        prompts = self.workload.prompts
-        return prompts[seq % len(prompts)]
+    def _draw(self, seq: int) -> Prompt:
+        prompt, again = self.deck.draw()
+        self.sent[seq] = prompt
+        if again:
+            self.repeated.add(seq)
+        return prompt
 
     def _where(self) -> str:
         return f"{self.streamer.client.base_url}{ENDPOINTS[self.endpoint]}"
@@ -510,7 +523,8 @@ class _Level:
             window_start_monotonic=start + _offset(time.monotonic),
             window_end_monotonic=end + _offset(time.monotonic),
             error_reasons=dict(self.reasons.most_common(5)),
-            notes=tuple(self.notes),
+            notes=tuple(self.notes) + self._repeat_note(ok),
+            prompts_repeated=sum(1 for r in ok if r.seq in self.repeated),
         )
         if self.errors > s.max_error_share * attempts:
             raise LevelFailed(
@@ -521,6 +535,17 @@ class _Level:
             )
         return result
 
+    def _repeat_note(self, ok: list[RequestRecord]) -> tuple[str, ...]:
+        repeats = sum(1 for r in ok if r.seq in self.repeated)
+        if not repeats:
+            return ()
+        return (
+            f"{repeats} of {len(ok)} measured requests repeated a prompt this trial had sent "
+            f"(the workload has {len(self.deck)}; each pass adds its own first line, so no "
+            "prefix is cached, but a speculator that learns from earlier answers may accept "
+            "more on them): a larger workload measures fresh prompts only",
+        )
+
     def _input_tokens(self, ok: list[RequestRecord], start: float, end: float) -> int:
         if not self.recounted:
             return input_tokens_in(ok, start, end)
@@ -528,7 +553,7 @@ class _Level:
         return sum(
             r.prompt_tokens
             if r.prompt_tokens is not None
-            else round(estimate_tokens(_prompt_chars(self._prompt(r.seq))))
+            else round(estimate_tokens(_prompt_chars(self.sent[r.seq])))
             for r in ok
             if r.first_token_at is not None and start < r.first_token_at <= end
         )

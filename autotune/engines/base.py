@@ -166,6 +166,12 @@ class Engine(Protocol):
         Read before and after a level; the difference is that level's server-side count.
         """
 
+    async def flush_cache(self, base_url: str, api_key: str | None) -> str:
+        """Empty what the server kept from earlier requests (prefix cache, a learning
+        speculator's store) where it allows: called before every level, so that no level
+        is served from what an earlier one taught the server. What was done, or why
+        nothing was, in one line (recorded on the level)."""
+
     def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:
         """The server's record of its own command line as its startup log prints it (each flag
         with its value, True for a bare switch); None when the log has none. Read when

@@ -195,6 +195,16 @@ class LlamaCppEngine:
             accepted_per_position=per_position(response.text, PER_POSITION_METRIC) or (),
         )
 
+    async def flush_cache(self, base_url: str, api_key: str | None) -> str:
+        # Nothing over HTTP empties what llama-server learned: ngram-mod's table is one per
+        # server, filled by every request and reset only when full or after a run of misses;
+        # ngram-cache grows per slot; `/slots/N?action=erase` (only with --slot-save-path)
+        # clears a slot's KV cache, neither of those. Fresh prompts are the defence.
+        return (
+            "not flushed: llama-server has no endpoint that empties ngram-mod's table or its "
+            "prompt cache (fresh prompts only)"
+        )
+
     def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:
         return None  # llama-server prints no record of its command line
 

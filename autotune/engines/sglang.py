@@ -33,6 +33,8 @@ __all__ = [
 ]
 
 READY_LINE = facts.READY_LINE.text
+#: Seconds SGLang may wait for the last level's aborted requests to leave before flushing.
+FLUSH_WAIT_S = 10.0
 log = get("autotune.engines.sglang")
 #: Versions already warned about in this process: one line per server version, not per trial.
 _warned: set[str] = set()
@@ -247,6 +249,24 @@ class SGLangEngine:
         return Counters(
             output_tokens=generated, accepted_tokens=generated - requests - verify, drafts=verify
         )
+
+    async def flush_cache(self, base_url: str, api_key: str | None) -> str:
+        """POST /flush_cache (every version we support): the radix cache, with NGRAM's
+        store of earlier outputs. SGLang refuses (400) while requests run or wait; the
+        `timeout` query lets it wait for the last level's stragglers first."""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        path = f"{facts.FLUSH_CACHE}?timeout={FLUSH_WAIT_S:g}"
+        try:
+            async with httpx.AsyncClient(
+                base_url=base_url.rstrip("/"), headers=headers, timeout=self.timeout + FLUSH_WAIT_S
+            ) as client:
+                response = await client.post(path)
+        except httpx.HTTPError as exc:
+            return f"not flushed: POST {facts.FLUSH_CACHE}: {type(exc).__name__}"
+        if response.status_code == 200:
+            return f"flushed: POST {facts.FLUSH_CACHE}"
+        text = " ".join(response.text.split())[:160]
+        return f"not flushed: POST {facts.FLUSH_CACHE} answered {response.status_code} {text}"
 
     def request_failure(self, log_text: str) -> Failure | None:
         return None

@@ -202,6 +202,22 @@ METRICS: dict[str, str] = {
     "sglang:spec_num_steps": "0.5.16",
 }
 
+# --------------------------------------------------------------------------- caches
+#: Empties the radix cache and NGRAM's corpus of earlier requests (srt/entrypoints/
+#: http_server.py; the scheduler's flush also clears the draft worker's pool). 200 when
+#: done; 400 while requests run or wait. `?timeout=` (seconds to wait for idle) from 0.5.16;
+#: 0.5.6 ignores it.
+FLUSH_CACHE = "/flush_cache"
+FLUSH_CACHE_ROUTE = Since(
+    '@app.api_route("/flush_cache", methods=["GET", "POST"])',
+    "sglang/srt/entrypoints/http_server.py",
+)
+FLUSH_CACHE_WAIT = Since(
+    "async def flush_cache(timeout: float = Query(0.0, ge=0.0)):",
+    "sglang/srt/entrypoints/http_server.py",
+    "0.5.16",
+)
+
 # --------------------------------------------------------------------------- per request
 #: The native `/generate` response's per-request count of verify steps that accepted exactly
 #: 0, 1, 2, ... drafts (srt/managers/tokenizer_manager.py; read in 0.5.16 and 0.5.23, absent

@@ -231,6 +231,29 @@ class VLLMEngine:
             accepted_per_position=per_position(text, facts.PER_POSITION_METRIC) or _no_drafts(text),
         )
 
+    async def flush_cache(self, base_url: str, api_key: str | None) -> str:
+        """POST /reset_prefix_cache where the server has it (VLLM_SERVER_DEV_MODE=1 only).
+        Its prefix cache saves prefill alone: vLLM's n-gram drafter looks up the request's own
+        tokens and learns nothing across requests, so without the route fresh prompts suffice."""
+        path = facts.RESET_PREFIX_CACHE
+        async with open_client(base_url, api_key, self.timeout) as client:
+            try:
+                response = await client.post(path)
+            except httpx.HTTPError as exc:
+                return f"not flushed: POST {path}: {type(exc).__name__}"
+        if response.status_code == 404:
+            return (
+                f"not flushed: POST {path} exists only under VLLM_SERVER_DEV_MODE=1 "
+                "(vLLM's n-gram drafter keeps nothing across requests; fresh prompts only)"
+            )
+        try:
+            ok = response.status_code == 200 and response.json().get("success") is True
+        except (ValueError, AttributeError):
+            ok = False
+        if ok:
+            return f"flushed: POST {path}"
+        return f"not flushed: POST {path} answered {response.status_code} {response.text[:120]}"
+
     def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:
         return launch_flags(non_default_args(log_text))
 

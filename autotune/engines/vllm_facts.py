@@ -58,6 +58,12 @@ KV_CAPACITY_LINE = Said(
     "vllm/v1/core/kv_cache_utils.py",
 )
 #: Printed once HTTP serves; uvicorn's `Application startup complete.` follows.
+#: Empties the prefix cache: POST, `{"success": bool}` (false while requests hold blocks),
+#: registered only under VLLM_SERVER_DEV_MODE=1 (vllm/entrypoints/serve/dev/cache/
+#: api_router.py; launchers/api_server/routers.py). The n-gram drafter keeps no state
+#: across requests (prompt lookup in the request's own tokens), so nothing else learns.
+RESET_PREFIX_CACHE = "/reset_prefix_cache"
+RESET_PREFIX_CACHE_FILE = "vllm/entrypoints/serve/dev/cache/api_router.py"
 READY_LINE = Said("Starting vLLM server on {}", "vllm/entrypoints/launchers/api_server/entry.py")
 #: Every 10 s while requests run (VLLM_LOG_STATS_INTERVAL), per interval.
 SPEC_DECODING_LINE = Said(

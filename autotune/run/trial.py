@@ -264,6 +264,8 @@ class TrialPipeline:
     ) -> tuple[dict[int, bench.LevelResult], Verdict | None]:
         b = self.cfg.benchmark
         results: dict[int, bench.LevelResult] = {}
+        # One deck for the trial: no level repeats a prompt a warm-up or an earlier level sent.
+        deck = bench.PromptDeck(self.workload.prompts)
         if plan.levels != tuple(b.concurrency):
             log.info("levels in the order most likely to settle this config", order=plan.levels)
         for i, c in enumerate(plan.levels, 1):
@@ -282,7 +284,7 @@ class TrialPipeline:
             give_up = plan.give_up(c, measured)
             if give_up is not None:
                 give_up.time_scale = info.time_scale
-            row = self._measure_level(settings, note, log_before, give_up, info.time_scale)
+            row = self._measure_level(settings, note, log_before, deck, give_up, info.time_scale)
             value = row.output_throughput
             if give_up is not None and give_up.verdict is not None and row.cut_short:
                 results[c] = row
@@ -307,7 +309,7 @@ class TrialPipeline:
                 )
                 self.stop.check()
                 again = self._measure_level(
-                    settings, note, len(self.deployer.logs()), time_scale=info.time_scale
+                    settings, note, len(self.deployer.logs()), deck, time_scale=info.time_scale
                 )
                 row = pool_levels(row, again, b.ci_width)
             results[c] = row
@@ -358,11 +360,14 @@ class TrialPipeline:
         settings: bench.LevelSettings,
         note: Callable[[dict[str, Any]], None],
         log_from: int,
+        deck: bench.PromptDeck,
         give_up: bench.GiveUpFn | None = None,
         time_scale: float = 1.0,
     ) -> bench.LevelResult:
-        """One run of a level, with the server's own counters read around it."""
+        """One run of a level, from the server's caches flushed where it allows, with its
+        own counters read around it."""
         url = self.cfg.target.base_url
+        flushed = asyncio.run(self.engine.flush_cache(url, self.api_key))
         before = asyncio.run(self.engine.counters(url, self.api_key))
         try:
             level = asyncio.run(
@@ -375,6 +380,7 @@ class TrialPipeline:
                     endpoint=self.cfg.benchmark.endpoint,
                     on_progress=note,
                     give_up=give_up,
+                    deck=deck,
                 )
             )
         except bench.LevelFailed as exc:
@@ -400,6 +406,7 @@ class TrialPipeline:
         if level.accept_length is None:  # per-request counts beat the log's average
             logged = self.engine.accept_length_from_log(self.deployer.logs()[log_from:])
             level = dataclasses.replace(level, accept_length=logged)
+        level = dataclasses.replace(level, cache_flush=flushed)
         return level.in_server_time(time_scale)
 
     def _canonical(self, config: dict[str, Any]) -> dict[str, Any]:

@@ -104,7 +104,15 @@ def _temperature(v: Any) -> float:
 class GenParams:
     """What the engine needs to know about one request, whatever API it came through."""
 
-    __slots__ = ("greedy", "ignore_eos", "include_usage", "max_new", "prompt_tokens", "stream")
+    __slots__ = (
+        "greedy",
+        "ignore_eos",
+        "include_usage",
+        "max_new",
+        "prompt_key",
+        "prompt_tokens",
+        "stream",
+    )
 
     def __init__(
         self,
@@ -121,6 +129,8 @@ class GenParams:
         self.ignore_eos = ignore_eos
         self.stream = stream
         self.include_usage = include_usage
+        self.prompt_key = 0
+        """A fingerprint of the prompt: NGRAM's corpus knows the prompts it has seen."""
 
 
 def parse_chat(body: Mapping[str, Any]) -> GenParams:
@@ -129,7 +139,9 @@ def parse_chat(body: Mapping[str, Any]) -> GenParams:
         raise ApiError("messages must be a non-empty list")
     if not all(isinstance(m, Mapping) for m in messages):
         raise ApiError("each message must be an object with role and content")
-    return _openai_params(body, prompt_tokens(messages))
+    params = _openai_params(body, prompt_tokens(messages))
+    params.prompt_key = _fingerprint([_message_text(m.get("content")) for m in messages])
+    return params
 
 
 def parse_completion(body: Mapping[str, Any]) -> GenParams:
@@ -143,6 +155,7 @@ def parse_completion(body: Mapping[str, Any]) -> GenParams:
     else:
         raise ApiError("prompt must be a string or a list of token ids")
     params = _openai_params(body, tokens)
+    params.prompt_key = _fingerprint(prompt)
     if params.max_new is None:
         params.max_new = 16  # OpenAI's default for completions
     return params
@@ -175,13 +188,19 @@ def parse_generate(body: Mapping[str, Any]) -> GenParams:
     if not isinstance(sp, Mapping):
         raise ApiError("sampling_params must be an object")
     max_new = _int_field(sp, "max_new_tokens")
-    return GenParams(
+    params = GenParams(
         tokens,
         NATIVE_DEFAULT_MAX_NEW if max_new is None else max_new,
         _temperature(sp.get("temperature")),
         bool(sp.get("ignore_eos", False)),
         bool(body.get("stream", False)),
     )
+    params.prompt_key = _fingerprint(text if isinstance(text, str) else ids)
+    return params
+
+
+def _fingerprint(prompt: Any) -> int:
+    return zlib.crc32(json.dumps(prompt, sort_keys=True).encode())
 
 
 def make_request(engine: Engine, params: GenParams, sink: Any, *, client: bool = True) -> Req:
@@ -206,7 +225,7 @@ def make_request(engine: Engine, params: GenParams, sink: Any, *, client: bool =
         target,
         greedy=params.greedy,
         stop_by_eos=by_eos,
-        cdf=engine.accept_cdf(params.greedy),
+        cdf=engine.accept_cdf(params.greedy, seen=engine.remember(params.prompt_key)),
         text=TextSource(params.greedy, zlib.crc32(rid.encode())),
         sink=sink,
         client=client,

@@ -14,6 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import parse_qs
 
 from autotune import __version__
 from autotune.engines import sglang_facts
@@ -282,6 +283,13 @@ class SimServer:
         return json.dumps(snap).encode()
 
     async def flush_cache(self, req: httpio.Request, writer: asyncio.StreamWriter) -> Reply:
+        # As SGLang: refused while requests run or wait, unless `?timeout=` lets it wait.
+        deadline = time.monotonic() + _query_float(req, "timeout")
+        while not self.engine.idle():
+            if time.monotonic() >= deadline:
+                return _Status(400, b"Flush cache failed.\n")
+            await asyncio.sleep(0.05)
+        self.engine.flush()
         return _Status(
             200,
             b"Cache flushed.\nPlease check backend logs for more details. "
@@ -396,3 +404,13 @@ def _ngram_args(ngram: model.Ngram | None) -> dict[str, Any]:
         "speculative_ngram_max_trie_depth": n.max_trie_depth,
         "speculative_ngram_capacity": n.capacity,
     }
+
+
+def _query_float(req: httpio.Request, name: str) -> float:
+    """A non-negative number from the query string (0 when absent or not a number)."""
+    for value in parse_qs(req.query).get(name, []):
+        try:
+            return max(0.0, float(value))
+        except ValueError:
+            return 0.0
+    return 0.0

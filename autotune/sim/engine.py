@@ -117,6 +117,7 @@ class Stats:
         self.lag_max = 0.0
         self.lag_n = 0
         self.resyncs = 0
+        self.flushes = 0
         self.last_gen_throughput = 0.0
         self.last_accept_len = 0.0
         self.last_accept_rate = 0.0
@@ -173,13 +174,31 @@ class Engine:
         self.slots: dict[int, adaptive.Slot] = {}
         self._graph_sizes = adaptive.routing_sizes()
         self._cdfs: dict[tuple[int, bool], tuple[float, ...]] = {}
+        self.corpus: set[int] = set()
+        """Prompts seen since start or the last /flush_cache: NGRAM drafts a repeated
+        prompt from its earlier answer (SGLang's corpus of earlier requests' tokens)."""
         self.live_steps = resolved.spec.steps
         """The steps of the last decode iteration (adaptive: the tier in use)."""
 
     # -- requests ---------------------------------------------------------------
-    def accept_cdf(self, greedy: bool) -> tuple[float, ...]:
-        dist = model.accept_dist(self.profile, self.spec, "greedy" if greedy else "natural")
+    def accept_cdf(self, greedy: bool, *, seen: bool = False) -> tuple[float, ...]:
+        workload = "greedy" if greedy else "replay" if seen and self.spec.ngram else "natural"
+        dist = model.accept_dist(self.profile, self.spec, workload)
         return tuple(itertools.accumulate(dist))
+
+    def remember(self, prompt_key: int) -> bool:
+        """Whether the corpus had this prompt; it has it from now on."""
+        seen = prompt_key in self.corpus
+        self.corpus.add(prompt_key)
+        return seen
+
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    def flush(self) -> None:
+        """SGLang's flush_cache: the radix cache and NGRAM's corpus emptied."""
+        self.corpus.clear()
+        self.stats.flushes += 1
 
     def new_id(self) -> str:
         return f"{next(self._ids):x}{self.rng.getrandbits(96):024x}"
@@ -432,6 +451,7 @@ class Engine:
             "accept_length": st.decode_tokens / st.verify_steps if st.verify_steps else None,
             "decode_iterations": st.decode_iterations,
             "prefill_batches": st.prefill_batches,
+            "cache_flushes": st.flushes,
             "kv_tokens_used": self.kv_used,
             "speed_factor": round(self.speed_factor, 5),
             "scheduler": {

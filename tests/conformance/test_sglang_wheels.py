@@ -407,6 +407,18 @@ def test_the_endpoints_autotune_and_the_simulator_use(wheel: Wheel) -> None:
     assert not unknown or not at_least(wheel, facts.SIMULATED), f"the simulator serves {unknown}"
 
 
+def test_flush_cache_is_posted_and_waits_for_idle_where_it_can(wheel: Wheel) -> None:
+    # Before every level autotune POSTs /flush_cache?timeout=...: a 0.5.6 ignores the query.
+    for fact in (facts.FLUSH_CACHE_ROUTE, facts.FLUSH_CACHE_WAIT):
+        present = fact.text in wheel.source(fact.file)
+        assert present == at_least(wheel, fact.since), (wheel, fact.text, fact.since)
+    # The flush also empties NGRAM's store of earlier requests' tokens (its draft worker's
+    # cache pool), which is what a repeated prompt would otherwise be drafted from.
+    worker = wheel.source("sglang/srt/speculative/ngram_worker.py")
+    clear = worker[worker.index("def clear_cache_pool") :].split("\n    def ")[0]
+    assert ".reset()" in clear, f"{wheel}: NGRAM's clear_cache_pool no longer resets its store"
+
+
 def test_get_server_info_is_deprecated_and_server_info_comes_first(wheel: Wheel) -> None:
     fact = facts.DEPRECATED_SERVER_INFO_WARNING
     found = wheel.find(fact.text, fact.file)

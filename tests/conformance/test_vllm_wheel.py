@@ -291,6 +291,16 @@ def test_the_endpoints_the_adapter_reads(vllm_wheel: Wheel) -> None:
         assert path in routes, f"{vllm_wheel}: no route {path}"
 
 
+def test_the_prefix_cache_reset_is_a_dev_mode_post(vllm_wheel: Wheel) -> None:
+    # autotune POSTs it before each level and reads a 404 as "not in dev mode".
+    router = vllm_wheel.source(facts.RESET_PREFIX_CACHE_FILE)
+    assert f'@router.post("{facts.RESET_PREFIX_CACHE}")' in router, vllm_wheel
+    assert '{"success": bool}' in router, vllm_wheel
+    routers = vllm_wheel.source("vllm/entrypoints/launchers/api_server/routers.py")
+    gate = routers.index("if envs.VLLM_SERVER_DEV_MODE:")
+    assert "register_vllm_dev_api_routers(app)" in routers[gate : gate + 200], vllm_wheel
+
+
 def test_the_per_batch_size_schedule_is_a_field(vllm_wheel: Wheel) -> None:
     assert facts.PER_BATCH_SIZE_FIELD in _fields(vllm_wheel)
     member = "vllm/v1/spec_decode/dynamic/utils.py"

@@ -7,6 +7,7 @@ Each test that starts a server stops it by its PID, also when the test fails.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
@@ -54,23 +55,24 @@ Restart=no
 """
 
 
-@pytest.fixture
-def running_server(llama: tuple[Path, Path], tmp_path: Path) -> Iterator[str]:
-    """A llama-server with ngram-simple speculation on a free port; its base URL."""
+@contextlib.contextmanager
+def serve(llama: tuple[Path, Path], tmp_path: Path, *spec: str) -> Iterator[str]:
+    """A llama-server with the `spec` flags on a free port, stopped by its PID on exit."""
     binary, model = llama
     port = free_port()
-    log = (tmp_path / "server.log").open("wb")
+    log_path = tmp_path / f"server-{port}.log"
+    log = log_path.open("wb")
     argv = [
         str(binary), "--model", str(model), "--host", "127.0.0.1", "--port", str(port),
         "--threads", "2", "--parallel", "4", "--ctx-size", "4096", "--chat-template", "gemma",
-        "--no-jinja", "--metrics", "--log-colors", "off", "--spec-type", "ngram-simple",
+        "--no-jinja", "--metrics", "--log-colors", "off", *spec,
     ]  # fmt: skip
     proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            assert proc.poll() is None, (tmp_path / "server.log").read_text()[-2000:]
+            assert proc.poll() is None, log_path.read_text()[-2000:]
             try:
                 if httpx.get(url + "/health", timeout=2).status_code == 200:
                     break
@@ -88,3 +90,10 @@ def running_server(llama: tuple[Path, Path], tmp_path: Path) -> Iterator[str]:
             proc.kill()
             proc.wait()
         log.close()
+
+
+@pytest.fixture
+def running_server(llama: tuple[Path, Path], tmp_path: Path) -> Iterator[str]:
+    """A llama-server with ngram-simple speculation on a free port; its base URL."""
+    with serve(llama, tmp_path, "--spec-type", "ngram-simple") as url:
+        yield url
