@@ -304,6 +304,10 @@ def _status(args: argparse.Namespace) -> int:
             # Missed its confidence target even when measured twice: the sampler and the
             # finalists treat it as that noisy; so should the reader.
             extra += "  UNCERTAIN at c=" + ",".join(str(c) for c in r["uncertain_levels"])
+        if r["close_constraints"]:
+            # Measured twice and still either side of its limit: feasible only by this chance.
+            extra += f"  CLOSE CALL {','.join(r['close_constraints'])} (feasible p="
+            extra += f"{r['feasible_p']:.2f})" if r["feasible_p"] is not None else "?)"
         if r["pruned"]:
             p = r["pruned"]
             after = ",".join(str(c) for c in p.get("after_levels") or [])
@@ -341,6 +345,8 @@ def _row(study: Any, t: Any) -> dict[str, Any]:
         "baseline": bool(t.user_attrs.get("baseline")),
         "value_ci": t.user_attrs.get("value_ci"),
         "uncertain_levels": t.user_attrs.get("uncertain_levels") or [],
+        "close_constraints": t.user_attrs.get("close_constraints") or [],
+        "feasible_p": t.user_attrs.get("feasible_p"),
         "validation": validation_of(study, t.number),
         "pruned": t.user_attrs.get("pruned") if t.state.name == "PRUNED" else None,
         "predicted": t.user_attrs.get("predicted"),

@@ -30,10 +30,13 @@ _SUMMED = (
 )
 
 
-def pool_levels(a: LevelResult, b: LevelResult, ci_width: float | None) -> LevelResult:
+def pool_levels(
+    a: LevelResult, b: LevelResult, ci_width: float | None, why: str | None = None
+) -> LevelResult:
     """`a` and `b` as one level.
 
-    Latency percentiles and everything not pooled are `b`'s, the later run.
+    TTFT and ITL percentiles, the degenerate share and their intervals are over both runs'
+    requests; the other latencies and everything not pooled are `b`'s, the later run.
     """
     wa, wb = a.window_s, b.window_s
     ra, rb = a.output_throughput, b.output_throughput
@@ -54,9 +57,17 @@ def pool_levels(a: LevelResult, b: LevelResult, ci_width: float | None) -> Level
     accept = b.accept_length
     if a.accept_length and b.accept_length:
         accept = (a.accept_length + b.accept_length) / 2
+    # The constrained statistics from both runs' requests, with their intervals.
+    judged: dict[str, object] = {}
+    if a.samples is not None and b.samples is not None:
+        samples = a.samples.plus(b.samples)
+        judged = {**samples.latencies_ms(), "samples": samples, "intervals": samples.intervals()}
+        if samples.degenerate:
+            judged["degenerate_share"] = sum(samples.degenerate) / len(samples.degenerate)
     return dataclasses.replace(
         b,
         **summed,
+        **judged,  # type: ignore[arg-type]
         window_s=window,
         output_throughput=rate,
         total_throughput=(output + prompt) / window if window else 0.0,
@@ -70,8 +81,9 @@ def pool_levels(a: LevelResult, b: LevelResult, ci_width: float | None) -> Level
         notes=(
             *a.notes,
             *b.notes,
-            f"measured twice ({ra:.1f} and {rb:.1f} tok/s): the first run missed its "
-            "confidence target; pooled over both windows",
+            f"measured twice ({ra:.1f} and {rb:.1f} tok/s): "
+            + (why or "the first run missed its confidence target")
+            + "; pooled over both windows",
         ),
     )
 

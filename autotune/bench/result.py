@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.bench.intervals import Samples
 from autotune.engines.base import Counters
 
 
@@ -185,6 +186,12 @@ class LevelResult:
     cache_flush: str | None = None
     """What was done to the server's caches before the level (`flushed: POST /flush_cache`),
     or why nothing was; None when nobody asked (a bare `autotune bench`)."""
+    intervals: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """95 % intervals of the statistics constraints judge (degenerate_share, ttft_ms_p99,
+    itl_ms_p50), from the level's own requests (bench/intervals.py)."""
+    samples: Samples | None = field(default=None, compare=False, repr=False)
+    """The per-request figures behind `intervals`, to pool a level measured twice; not
+    recorded."""
 
     @property
     def draft_acceptance(self) -> float | None:
@@ -221,6 +228,11 @@ class LevelResult:
             duration_s=self.duration_s * k,
             **{name: slow(getattr(self, name)) for name in _LATENCIES},
             attempt_throughputs=tuple(v / k for v in self.attempt_throughputs),
+            intervals={
+                name: (lo * k, hi * k) if "_ms_" in name else (lo, hi)
+                for name, (lo, hi) in self.intervals.items()
+            },
+            samples=None if self.samples is None else self.samples.scaled(k),
             notes=(*self.notes, f"a rehearsal {k:g}x faster than real time: real-server units"),
         )
 
@@ -234,9 +246,9 @@ class LevelResult:
             elif isinstance(value, tuple):
                 value = list(value)
             elif isinstance(value, dict):
-                value = dict(value)
-            elif isinstance(value, Counters):
-                continue  # flattened below
+                value = {k: list(v) if isinstance(v, tuple) else v for k, v in value.items()}
+            elif isinstance(value, (Counters, Samples)):
+                continue  # flattened below, or not recorded
             out[f.name] = value
         out["error_share"] = self.error_share
         out["draft_acceptance"] = self.draft_acceptance

@@ -28,6 +28,7 @@ from autotune import log
 from autotune.bench.client import Streamer, make_client
 from autotune.bench.deck import PromptDeck
 from autotune.bench.degenerate import is_degenerate
+from autotune.bench.intervals import Samples
 from autotune.bench.protocol import ENDPOINTS, Prompt, check_endpoint
 from autotune.bench.record import RequestRecord, estimate_tokens
 from autotune.bench.result import WINDOW_DESCRIPTION, LevelResult, LevelSettings
@@ -457,6 +458,11 @@ class _Level:
             else None
         )
         histogram = _summed([r.accept_histogram for r in ok if r.accept_histogram])
+        samples = Samples(
+            tuple(v for r in lat if (v := r.ttft()) is not None),
+            tuple(tuple(r.itl_samples()) for r in lat),
+            tuple(is_degenerate(r.text) for r in ok),
+        )
         if self.recounted:
             source = "text-recount"
         elif self.endpoint == "generate":
@@ -496,7 +502,7 @@ class _Level:
                 else f"the server's {s.busy_slots} slots (the other "
                 f"{s.concurrency - s.busy_slots} queue)"
             ),
-            degenerate_share=sum(1 for r in ok if is_degenerate(r.text)) / len(ok),
+            degenerate_share=sum(samples.degenerate) / len(ok),
             ci_halfwidth=rel,
             ci_halfwidth_tok_s=hw,
             ci_lag1=lag1,
@@ -525,6 +531,8 @@ class _Level:
             error_reasons=dict(self.reasons.most_common(5)),
             notes=tuple(self.notes) + self._repeat_note(ok),
             prompts_repeated=sum(1 for r in ok if r.seq in self.repeated),
+            intervals=samples.intervals(),
+            samples=samples,
         )
         if self.errors > s.max_error_share * attempts:
             raise LevelFailed(

@@ -47,6 +47,10 @@ class TrialRow:
     """The value's relative 95 % half-width, from its levels' confidence intervals."""
     uncertain_levels: tuple[int, ...] = ()
     """Levels that missed the confidence target even when measured twice."""
+    close_constraints: tuple[str, ...] = ()
+    """Constraints still either side of their limit when measured twice."""
+    feasible_p: float | None = None
+    """The chance that every constraint holds, from the intervals of what they judge."""
     pruned: Mapping[str, Any] | None = None
     """Stopped after some levels (`autotune/search/pruning.py`): the levels measured, the value
     they let expect, and the best trial it could not plausibly beat."""
@@ -239,6 +243,8 @@ def trial_row(t: FrozenTrial) -> TrialRow:
         },
         value_ci=a.get("value_ci"),
         uncertain_levels=tuple(a.get("uncertain_levels") or ()),
+        close_constraints=tuple(a.get("close_constraints") or ()),
+        feasible_p=a.get("feasible_p") if isinstance(a.get("feasible_p"), (int, float)) else None,
         pruned=a.get(PRUNED) if t.state == TrialState.PRUNED else None,
         predicted=a.get("failure") == CAPACITY_PREDICTED,
         prediction=a.get(perf.PREDICTED) if isinstance(a.get(perf.PREDICTED), Mapping) else None,

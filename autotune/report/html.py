@@ -567,6 +567,9 @@ def _all_trials(page: Page) -> str:
         if t.uncertain_levels:
             levels = ",".join(str(c) for c in t.uncertain_levels)
             note.append(f"uncertain at c={levels} (missed the confidence target twice)")
+        if t.close_constraints:
+            p = f", feasible p={t.feasible_p:.2f}" if t.feasible_p is not None else ""
+            note.append(f"close call on {', '.join(t.close_constraints)}{p} (measured twice)")
         if t.pruned is not None:
             after = ",".join(str(c) for c in t.pruned.get("after_levels") or [])
             note.append(f"pruned after c={after}")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,7 @@ import optuna
 from autotune.config import Config
 from autotune.log import get
 from autotune.run.trial import TrialResult
-from autotune.search import gp
+from autotune.search import gp, objective
 from autotune.search import study as st
 from autotune.search.gp.features import features
 
@@ -104,7 +104,7 @@ def validate(
             config = t.user_attrs.get("config")
             log.info("finalist", round=f"{rounds}/{cap}", trial=t.number, config=st.trial_config(t))
             result = remeasure(dict(config) if config else None)
-            if result.score.feasible and result.score.values[0] > 0:
+            if result.score.values[0] > 0 and _holds(result.score, result.attrs):
                 fresh[t.number].append(result.score.values[0])
             else:
                 # Never apply a config that failed while being validated.
@@ -164,6 +164,19 @@ def validate(
             rounds=rounds,
         )
     return declared
+
+
+def _holds(score: objective.Score, attrs: Mapping[str, Any]) -> bool:
+    """Feasible when measured again, or infeasible only by a close call: a statistic that
+    came out either side of its limit on this many requests says nothing either way (the
+    sampler saw its margin; the report and status say the verdict was close)."""
+    if score.feasible:
+        return True
+    p = attrs.get("feasible_p")
+    close_only = all(
+        k in (attrs.get("close_constraints") or ()) for k, v in score.constraints.items() if v > 0
+    )
+    return close_only and isinstance(p, (int, float)) and p > objective.CLOSE_LOW
 
 
 # -- judging ----------------------------------------------------------------------------

@@ -206,6 +206,7 @@ class TrialPipeline:
         if rates:
             attrs["draft_acceptance"] = round(sum(rates) / len(rates), 4)
         attrs.update(_uncertainty_attrs(self.cfg, per_level))
+        attrs.update(_judged_attrs(self.cfg, [r["concurrency"] for r in per_level], results))
         if verdict is not None:
             # The constraints of the levels measured; the value is the verdict's estimate.
             attrs[PRUNED] = verdict.attrs()
@@ -312,6 +313,21 @@ class TrialPipeline:
                     settings, note, len(self.deployer.logs()), deck, time_scale=info.time_scale
                 )
                 row = pool_levels(row, again, b.ci_width)
+            close = self._close_calls(c, row)
+            if close and not row.attempt_throughputs:
+                # A constraint that may or may not hold on this many requests: more of them,
+                # rather than a verdict decided by chance.
+                log.info(
+                    "constraint too close to call: measuring the level again",
+                    concurrency=c,
+                    **{j.key: _interval_text(j) for j in close},
+                )
+                self.stop.check()
+                again = self._measure_level(
+                    settings, note, len(self.deployer.logs()), deck, time_scale=info.time_scale
+                )
+                why = "a constraint was too close to call (" + ", ".join(j.key for j in close) + ")"
+                row = pool_levels(row, again, b.ci_width, why)
             results[c] = row
             log.info(
                 "level done",
@@ -335,6 +351,10 @@ class TrialPipeline:
             if verdict is not None:
                 return results, self._log_pruned(verdict, plan, results, "after the level")
         return results, None
+
+    def _close_calls(self, c: int, row: bench.LevelResult) -> list[objective.Judged]:
+        judged = objective.judged(self.cfg.objective, [c], {c: row.to_dict()})
+        return [j for j in judged.values() if j.close]
 
     def _log_pruned(
         self,
@@ -530,6 +550,27 @@ def _uncertainty_attrs(cfg: Config, per_level: list[dict[str, Any]]) -> dict[str
     elif cfg.objective.mode == "geomean" and len(rel) == len(per_level) and rel:
         attrs["value_ci"] = round(math.sqrt(sum(v * v for v in rel.values())) / len(rel), 4)
     return attrs
+
+
+def _judged_attrs(
+    cfg: Config, levels: list[int], results: dict[int, dict[str, Any]]
+) -> dict[str, Any]:
+    """Each constraint with its interval and chance of holding; the trial's chance of being
+    feasible by them; the constraints still too close to call after a second measurement."""
+    judged = objective.judged(cfg.objective, levels, results)
+    if not judged:
+        return {}
+    return {
+        "constraints_judged": {k: j.attrs() for k, j in judged.items()},
+        "feasible_p": round(math.prod(j.p_holds for j in judged.values()), 4),
+        "close_constraints": [k for k, j in judged.items() if j.close],
+    }
+
+
+def _interval_text(j: objective.Judged) -> str:
+    if j.low is None or j.high is None:
+        return f"{j.value:.3g} (limit {j.limit:g})"
+    return f"{j.value:.3g} in [{j.low:.3g}, {j.high:.3g}] (limit {j.limit:g})"
 
 
 def _info_attrs(info: ServerInfo) -> dict[str, Any]:

@@ -98,6 +98,92 @@ def score(
     return Score(values, constraints)
 
 
+#: A constraint whose chance of holding lies between these is a close call: its level is
+#: measured again (once) and the trial says the verdict was close.
+CLOSE_LOW, CLOSE_HIGH = 0.05, 0.95
+_Z95 = 1.959964
+
+
+@dataclass(frozen=True)
+class Judged:
+    """One constraint judged with the uncertainty of what it is judged on."""
+
+    key: str
+    statistic: str
+    """The level field it limits (degenerate_share, ttft_ms_p99, itl_ms_p50)."""
+    limit: float
+    value: float
+    """At the level that decides it (the least likely to hold)."""
+    low: float | None
+    high: float | None
+    """Its 95 % interval there (None: the level kept no requests to say)."""
+    level: int
+    p_holds: float
+    """Chance that it holds at every level."""
+
+    @property
+    def close(self) -> bool:
+        return CLOSE_LOW < self.p_holds < CLOSE_HIGH
+
+    def attrs(self) -> dict[str, Any]:
+        return {
+            "statistic": self.statistic,
+            "limit": self.limit,
+            "value": round(self.value, 4),
+            "interval": None
+            if self.low is None or self.high is None
+            else [round(self.low, 4), round(self.high, 4)],
+            "level": self.level,
+            "p_holds": round(self.p_holds, 4),
+            "close": self.close,
+        }
+
+
+def judged(
+    cfg: ObjectiveConfig, levels: Sequence[int], results: Mapping[int, Mapping[str, Any]]
+) -> dict[str, Judged]:
+    """Every measured constraint with the chance that it holds, from each level's interval.
+
+    The interval's side towards the limit gives a normal sd (a share's Wilson interval is
+    lopsided near 0); a level holds with Phi((limit - value) / sd), every level must.
+    """
+    c = cfg.constraints
+    greedy = all(results[lv].get("workload") == "greedy" for lv in levels)
+    limits = [
+        (TTFT_P99, "ttft_ms_p99", c.max_ttft_p99_ms),
+        (ITL_P50, "itl_ms_p50", c.max_itl_p50_ms),
+        (DEGENERATE, "degenerate_share", None if greedy else c.max_degenerate_share),
+    ]
+    out: dict[str, Judged] = {}
+    for key, stat, limit in limits:
+        if limit is None:
+            continue
+        rows = []
+        for lv in levels:
+            value = results[lv].get(stat)
+            if value is None:
+                continue
+            interval = (results[lv].get("intervals") or {}).get(stat)
+            low, high = (float(interval[0]), float(interval[1])) if interval else (None, None)
+            rows.append((lv, float(value), low, high, _p_holds(float(value), low, high, limit)))
+        if not rows:
+            continue
+        lv, value, low, high, _ = min(rows, key=lambda r: (r[4], -r[1]))
+        p = math.prod(r[4] for r in rows)
+        out[key] = Judged(key, stat, float(limit), value, low, high, lv, p)
+    return out
+
+
+def _p_holds(value: float, low: float | None, high: float | None, limit: float) -> float:
+    if low is None or high is None:
+        return 1.0 if value <= limit else 0.0
+    side = (high - value) if limit >= value else (value - low)
+    sd = side / _Z95
+    if sd <= 0:
+        return 1.0 if value <= limit else 0.0
+    return 0.5 * math.erfc(-(limit - value) / (sd * math.sqrt(2)))
+
+
 def unusable(
     cfg: ObjectiveConfig,
     levels: Sequence[int],

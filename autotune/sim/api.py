@@ -226,7 +226,9 @@ def make_request(engine: Engine, params: GenParams, sink: Any, *, client: bool =
         greedy=params.greedy,
         stop_by_eos=by_eos,
         cdf=engine.accept_cdf(params.greedy, seen=engine.remember(params.prompt_key)),
-        text=TextSource(params.greedy, zlib.crc32(rid.encode())),
+        text=TextSource(
+            params.greedy or engine.rng.random() < engine.loop_share, zlib.crc32(rid.encode())
+        ),
         sink=sink,
         client=client,
     )

@@ -78,6 +78,7 @@ class SimServer:
             speed_factor=factor,
             time_scale=args.sim.speedup,
         )
+        self.engine.loop_share = args.sim.loop_share
         self.model_name = args.served_model_name or args.model_path or profile.model_path
         self.ready = False
         self.created = int(time.time())

@@ -174,6 +174,8 @@ class Engine:
         self.slots: dict[int, adaptive.Slot] = {}
         self._graph_sizes = adaptive.routing_sizes()
         self._cdfs: dict[tuple[int, bool], tuple[float, ...]] = {}
+        self.loop_share = 0.0
+        """Share of sampled replies that loop (--sim-loop-share)."""
         self.corpus: set[int] = set()
         """Prompts seen since start or the last /flush_cache: NGRAM drafts a repeated
         prompt from its earlier answer (SGLang's corpus of earlier requests' tokens)."""
