@@ -3,7 +3,7 @@
 A degenerate share of 3 in 9 requests, or a TTFT p99 over a few seconds, is a guess: on
 the real llama-server the same config came out infeasible at 0.333 and feasible at 0.1
 in two trials. Each constrained statistic has an interval; a verdict whose chance lies
-between 5 % and 95 % measures its level again, and what stays close is said so.
+between 10 % and 90 % measures its level again, and what stays close is said so.
 """
 
 from __future__ import annotations
