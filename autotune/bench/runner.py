@@ -32,7 +32,7 @@ from autotune.bench.intervals import Samples
 from autotune.bench.protocol import ENDPOINTS, Prompt, check_endpoint
 from autotune.bench.record import RequestRecord, estimate_tokens
 from autotune.bench.result import WINDOW_DESCRIPTION, LevelResult, LevelSettings
-from autotune.bench.stats import batch_means_ci, percentiles, weighted_percentiles
+from autotune.bench.stats import batch_means_ci, percentiles
 from autotune.bench.window import LiveRate, input_tokens_in, throughput_ci, tokens_in
 from autotune.bench.workload import Workload
 from autotune.errors import AutotuneError
@@ -445,8 +445,6 @@ class _Level:
         rel = hw / rate if rate > 0 else math.inf
         finished = sum(1 for r in ok if start < r.end <= end)
         lat = [r for r in ok if r.start >= start] or ok
-        ttft = percentiles((v for r in lat if (v := r.ttft()) is not None), _Q)
-        itl = weighted_percentiles((x for r in lat for x in r.itl_samples()), _Q)
         tpot = percentiles((v for r in lat if (v := r.tpot()) is not None), _Q)
         e2e = percentiles((r.e2e() for r in lat), _Q)
         chunks = sum(len(r.times) for r in ok)
@@ -463,6 +461,7 @@ class _Level:
             tuple(tuple(r.itl_samples()) for r in lat),
             tuple(is_degenerate(r.text) for r in ok),
         )
+        latency = samples.latencies_ms()  # the same figures a pooled level recomputes
         if self.recounted:
             source = "text-recount"
         elif self.endpoint == "generate":
@@ -482,12 +481,12 @@ class _Level:
             total_throughput=(out_tokens + in_tokens) / window_s,
             request_rate=finished / window_s,
             window_requests=finished,
-            ttft_ms_p50=_ms(ttft[0]),
-            ttft_ms_p90=_ms(ttft[1]),
-            ttft_ms_p99=_ms(ttft[2]),
-            itl_ms_p50=_ms(itl[0]),
-            itl_ms_p90=_ms(itl[1]),
-            itl_ms_p99=_ms(itl[2]),
+            ttft_ms_p50=latency["ttft_ms_p50"],
+            ttft_ms_p90=latency["ttft_ms_p90"],
+            ttft_ms_p99=latency["ttft_ms_p99"],
+            itl_ms_p50=latency["itl_ms_p50"],
+            itl_ms_p90=latency["itl_ms_p90"],
+            itl_ms_p99=latency["itl_ms_p99"],
             tpot_ms_p50=_ms(tpot[0]),
             tpot_ms_p90=_ms(tpot[1]),
             tpot_ms_p99=_ms(tpot[2]),

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from autotune.engines import sglang_facts as facts
-from autotune.engines._http import get_json
+from autotune.engines._http import get_json, open_client
 from autotune.engines._text import clip, describe_exit, opt_int, prometheus
 from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.errors import ServerFailed
@@ -254,12 +254,9 @@ class SGLangEngine:
         """POST /flush_cache (every version we support): the radix cache, with NGRAM's
         store of earlier outputs. SGLang refuses (400) while requests run or wait; the
         `timeout` query lets it wait for the last level's stragglers first."""
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         path = f"{facts.FLUSH_CACHE}?timeout={FLUSH_WAIT_S:g}"
         try:
-            async with httpx.AsyncClient(
-                base_url=base_url.rstrip("/"), headers=headers, timeout=self.timeout + FLUSH_WAIT_S
-            ) as client:
+            async with open_client(base_url, api_key, self.timeout + FLUSH_WAIT_S) as client:
                 response = await client.post(path)
         except httpx.HTTPError as exc:
             return f"not flushed: POST {facts.FLUSH_CACHE}: {type(exc).__name__}"
