@@ -24,7 +24,9 @@ from autotune.store.storage import scheme as storage_scheme
 
 DEPLOY_MODES = ("local-process", "local-systemd", "ssh")
 SAMPLERS = ("auto", "gp", "tpe", "random", "optuna-gp")
-OBJECTIVE_MODES = ("geomean", "single", "pareto")
+OBJECTIVE_MODES = ("geomean", "single", "pareto", "goodput", "max_rate")
+#: Modes whose value comes from the open-loop `benchmark.request_rate` levels.
+RATE_MODES = ("goodput", "max_rate")
 BUILTIN_WORKLOADS = ("natural", "copy", "greedy", "random")
 ENDPOINTS = ("chat", "completions", "generate")
 ON_FINISH = ("apply-best", "restore", "leave", "stop")
@@ -88,6 +90,12 @@ class BenchmarkConfig:
     endpoint: str = "chat"
     finalists: int = 3
     finalist_rounds: int = 4  # the most; rounds stop once the leader is clear
+    request_rate: tuple[float, ...] = ()
+    """Open-loop levels (requests/s), measured after the concurrency levels."""
+    arrivals: str = "poisson"
+    """poisson, or the path of a trace whose arrival times each rate replays."""
+    rate_duration: float = 20.0
+    """Seconds of arrivals per rate (the drain comes on top)."""
 
 
 @dataclass(frozen=True)
@@ -101,10 +109,23 @@ class ConstraintsConfig:
 
 
 @dataclass(frozen=True)
+class SloConfig:
+    """What one request must meet to count towards goodput."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    attainment: float = 0.9
+    """A rate meets the SLOs when at least this share of its requests is good."""
+
+
+@dataclass(frozen=True)
 class ObjectiveConfig:
-    mode: Literal["geomean", "single", "pareto"] = "geomean"
+    mode: Literal["geomean", "single", "pareto", "goodput", "max_rate"] = "geomean"
     level: int | None = None
     constraints: ConstraintsConfig = field(default_factory=ConstraintsConfig)
+    rate: float | None = None
+    """mode goodput: the request rate whose goodput is maximised."""
+    slo: SloConfig = field(default_factory=SloConfig)
 
 
 @dataclass(frozen=True)
@@ -171,12 +192,15 @@ class Config:
             "benchmark": {
                 **vars(self.benchmark),
                 "concurrency": list(self.benchmark.concurrency),
+                "request_rate": list(self.benchmark.request_rate),
                 "warmup": self.warmup(),
             },
             "objective": {
                 "mode": self.objective.mode,
                 "level": self.objective.level,
                 "constraints": vars(self.objective.constraints),
+                **({"rate": self.objective.rate} if self.objective.rate is not None else {}),
+                **({"slo": vars(self.objective.slo)} if self.benchmark.request_rate else {}),
             },
         }
 
@@ -558,9 +582,40 @@ def _benchmark(s: _Section, base_dir: Path) -> BenchmarkConfig:
         endpoint=s.str("endpoint", d.endpoint, ENDPOINTS),
         finalists=s.int("finalists", d.finalists, minimum=0),
         finalist_rounds=s.int("finalist_rounds", d.finalist_rounds, minimum=0),
+        request_rate=_rates(s),
+        arrivals=_arrivals(s, base_dir),
+        rate_duration=s.number("rate_duration", d.rate_duration, minimum=1),
     )
     s.finish()
     return out
+
+
+def _rates(s: _Section) -> tuple[float, ...]:
+    raw = s.get("request_rate", [])
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        raw = [raw]
+    ok = isinstance(raw, list) and all(
+        isinstance(r, (int, float)) and not isinstance(r, bool) and 0 < r < 1e6 for r in raw
+    )
+    if not ok:
+        raise s.error("request_rate", f"must be a list of positive requests/s, got {raw!r}")
+    if len(set(raw)) != len(raw):
+        raise s.error("request_rate", f"has duplicate rates: {raw}")
+    return tuple(sorted(float(r) for r in raw))
+
+
+def _arrivals(s: _Section, base_dir: Path) -> str:
+    from autotune.bench.arrivals import TraceError, load_trace
+
+    raw = s.str("arrivals", "poisson")
+    if raw == "poisson":
+        return raw
+    path = _local_path(base_dir, raw)
+    try:
+        load_trace(path)
+    except TraceError as exc:
+        raise s.error("arrivals", f"poisson or a trace file; {exc}") from None
+    return str(path)
 
 
 def _objective(s: _Section, bench: BenchmarkConfig) -> ObjectiveConfig:
@@ -575,6 +630,18 @@ def _objective(s: _Section, bench: BenchmarkConfig) -> ObjectiveConfig:
             )
     elif level is not None:
         raise s.error("level", f"only applies to mode: single (mode is {mode})")
+    rate = s.number("rate", None)
+    if mode in RATE_MODES and not bench.request_rate:
+        raise s.error("mode", f"{mode} scores the open-loop levels: set benchmark.request_rate")
+    if mode == "goodput":
+        if rate is None:
+            raise s.error("rate", "is required with mode: goodput (the request rate to serve)")
+        if rate not in bench.request_rate:
+            raise s.error(
+                "rate", f"{rate:g} is not one of benchmark.request_rate {list(bench.request_rate)}"
+            )
+    elif rate is not None:
+        raise s.error("rate", f"only applies to mode: goodput (mode is {mode})")
     c = s.section("constraints")
     constraints = ConstraintsConfig(
         min_running_requests=c.int("min_running_requests", None, minimum=1),
@@ -583,8 +650,27 @@ def _objective(s: _Section, bench: BenchmarkConfig) -> ObjectiveConfig:
         max_degenerate_share=_share(c, "max_degenerate_share", 0.2),
     )
     c.finish()
+    slo = _slo(s.section("slo"), constraints)
+    if mode in RATE_MODES and slo.ttft_ms is None and slo.tpot_ms is None:
+        raise s.error("slo", f"mode {mode} needs a target: objective.slo.ttft_ms and/or tpot_ms")
     s.finish()
-    return ObjectiveConfig(mode=mode, level=level, constraints=constraints)
+    return ObjectiveConfig(mode=mode, level=level, constraints=constraints, rate=rate, slo=slo)
+
+
+def _slo(s: _Section, constraints: ConstraintsConfig) -> SloConfig:
+    """Without its own targets a request is held to the constraints' latency limits."""
+    if not s.data:
+        return SloConfig(constraints.max_ttft_p99_ms, constraints.max_itl_p50_ms)
+    attainment = s.number("attainment", 0.9)
+    if not 0 < attainment <= 1:
+        raise s.error("attainment", f"must be a share in (0, 1], got {attainment:g}")
+    out = SloConfig(
+        ttft_ms=s.number("ttft_ms", None, minimum=0),
+        tpot_ms=s.number("tpot_ms", None, minimum=0),
+        attainment=attainment,
+    )
+    s.finish()
+    return out
 
 
 def _share(s: _Section, name: str, default: float) -> float | None:

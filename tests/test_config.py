@@ -103,6 +103,11 @@ BAD_INPUT = [
     ("benchmark.max_duration", 0.6, "benchmark.max_duration: (0.6) must be at least min_duration"),
     ("benchmark.ci_width", 2, "benchmark.ci_width: must be a fraction in (0, 1)"),
     ("objective.mode", "sum", "objective.mode: must be one of geomean, single, pareto"),
+    ("benchmark.request_rate", [2, -1], "benchmark.request_rate: must be a list of positive"),
+    ("benchmark.request_rate", [2, 2], "benchmark.request_rate: has duplicate rates"),
+    ("benchmark.arrivals", "bursty", "benchmark.arrivals: poisson or a trace file;"),
+    ("objective.mode", "goodput", "objective.mode: goodput scores the open-loop levels: set"),
+    ("objective.rate", 2, "objective.rate: only applies to mode: goodput"),
     ("objective.mode", "single", "objective.level: is required with mode: single"),
     (
         "objective.constraints.min_running_requests",
@@ -149,6 +154,60 @@ def test_bad_config_one_line_exit_2(
     assert len(err.splitlines()) == 1, err
     assert str(path) in err
     assert expected in err
+
+
+# (objective section, the one error line it must give) with benchmark.request_rate [1, 4]
+BAD_RATE_OBJECTIVES = [
+    ({"mode": "goodput", "slo": {"ttft_ms": 500}}, "objective.rate: is required with mode"),
+    (
+        {"mode": "goodput", "rate": 2, "slo": {"ttft_ms": 500}},
+        "objective.rate: 2 is not one of benchmark.request_rate [1.0, 4.0]",
+    ),
+    ({"mode": "max_rate"}, "objective.slo: mode max_rate needs a target"),
+    (
+        {"mode": "max_rate", "slo": {"ttft_ms": 500, "attainment": 0}},
+        "objective.slo.attainment: must be a share in (0, 1], got 0",
+    ),
+    ({"mode": "max_rate", "slo": {"p99": 5}}, "objective.slo.p99: unknown key"),
+]
+
+
+@pytest.mark.parametrize(("objective", "expected"), BAD_RATE_OBJECTIVES)
+def test_a_rate_objective_without_what_it_needs_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], objective: dict, expected: str
+) -> None:
+    data = _set(_base(), "benchmark.request_rate", [4, 1])
+    data["objective"] = objective
+    code, err = _validate(_write(tmp_path, data), capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert expected in err
+
+
+def test_a_trace_with_a_bad_line_is_named_with_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "trace.txt").write_text("0.0\n0.5\nsoon\n")
+    data = _set(_base(), "benchmark.arrivals", "trace.txt")
+    code, err = _validate(_write(tmp_path, data), capsys)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "benchmark.arrivals" in err and "trace.txt:3: not an arrival time" in err
+
+
+def test_rate_levels_read_sorted_with_slos_from_the_constraints(tmp_path: Path) -> None:
+    (tmp_path / "trace.jsonl").write_text('{"timestamp": 0}\n{"timestamp": 250}\n')
+    data = _set(_base(), "benchmark.request_rate", [8, 0.5, 2])
+    data["benchmark"]["arrivals"] = "trace.jsonl"
+    data["objective"] = {
+        "mode": "goodput",
+        "rate": 2,
+        "constraints": {"max_ttft_p99_ms": 800, "max_itl_p50_ms": 40},
+    }
+    cfg = load_config(_write(tmp_path, data))
+    assert cfg.benchmark.request_rate == (0.5, 2.0, 8.0)
+    assert cfg.benchmark.arrivals == str(tmp_path / "trace.jsonl")
+    # Without its own SLO a request is held to the constraints' latency limits.
+    assert (cfg.objective.slo.ttft_ms, cfg.objective.slo.tpot_ms) == (800, 40)
+    assert cfg.summary()["objective"]["rate"] == 2
 
 
 def test_single_level_must_be_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

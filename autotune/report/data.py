@@ -59,6 +59,8 @@ class TrialRow:
     prediction: Mapping[str, Any] | None = None
     """What the performance model predicted before the sampler chose it
     (`autotune/search/perf/`): value, per-level tok/s, accept length, running requests."""
+    rates: tuple[Mapping[str, Any], ...] = ()
+    """Its open-loop levels (`benchmark.request_rate`), lowest rate first."""
 
     @property
     def measured(self) -> bool:
@@ -248,6 +250,12 @@ def trial_row(t: FrozenTrial) -> TrialRow:
         pruned=a.get(PRUNED) if t.state == TrialState.PRUNED else None,
         predicted=a.get("failure") == CAPACITY_PREDICTED,
         prediction=a.get(perf.PREDICTED) if isinstance(a.get(perf.PREDICTED), Mapping) else None,
+        rates=tuple(
+            sorted(
+                (r for r in a.get("rates") or () if isinstance(r, Mapping)),
+                key=lambda r: float(r.get("rate") or 0),
+            )
+        ),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from autotune.report.data import LevelBest, StudyData, TrialRow, schedule, short
 from autotune.report.units import UnitDiff
-from autotune.search import perf
+from autotune.search import objective, perf
 from autotune.search.pruning import PRUNE_BELOW
 
 #: Section ids, in page order (tests and links rely on them).
@@ -93,6 +93,7 @@ def render(page: Page) -> str:
         ),
         _winner_unit(page.diff),
         _settings(page),
+        _rates(page),
         _adaptive(page),
         _infeasible(page),
         _pruned(page),
@@ -483,6 +484,79 @@ def _predictions(page: Page) -> str:
         "step cost from the levels measured), against what the deployment then measured.</p>"
     )
     return _section("predictions", "Predicted before deploying", intro + _table(head, body_rows))
+
+
+#: Trials shown in the goodput table (feasible ones, best first).
+RATE_TRIALS = 8
+
+
+def _rates(page: Page) -> str:
+    """Goodput per offered rate: the trials side by side, then the winner's rates in full."""
+    d = page.data
+    shown = [t for t in d.trials if t.rates and t.reused_from is None]
+    if not shown:
+        return ""
+    shown.sort(key=lambda t: (not t.feasible, -(t.values[0] if t.values else 0.0)))
+    shown = shown[:RATE_TRIALS]
+    offered = sorted({float(r["rate"]) for t in shown for r in t.rates})
+    slo = next((r.get("slo") for t in shown for r in t.rates if r.get("slo")), "")
+    head = ["trial", "config", *[f"{r:g}/s" for r in offered], "highest rate meeting SLOs"]
+    rows = []
+    for t in shown:
+        by_rate = {float(r["rate"]): r for r in t.rates}
+        cells = []
+        for rate in offered:
+            r = by_rate.get(rate)
+            if r is None:
+                cells.append(_cell_num("not run"))
+                continue
+            mark = "" if r.get("meets_slo") else " ✗"
+            share = float(r.get("good_share") or 0.0)
+            cells.append(_cell_num(f"{float(r['goodput']):.2f} ({share:.0%}){mark}"))
+        meeting = objective.highest_meeting(t.rates)
+        rows.append(
+            [
+                esc(t.number) + ("" if t.feasible else " (infeasible)"),
+                f"<code>{esc(_config_text(t.config))}</code>",
+                *cells,
+                _cell_num(f"{meeting:g}/s" if meeting else "none"),
+            ]
+        )
+    intro = (
+        "<p>Open-loop levels: requests arrive at each rate (arrivals "
+        f"<code>{esc(shown[0].rates[0].get('arrivals'))}</code>) whether or not earlier ones "
+        f"finished. Each cell is goodput, requests per second served within the SLOs "
+        f"({esc(slo)}), and the share of the rate's requests that were good; ✗ marks a rate "
+        "whose good share fell below the attainment target or that left requests unserved. "
+        "A rate above one a config missed is not measured (“not run”).</p>"
+    )
+    body = intro + _table(head, rows)
+    winner = d.winner
+    if winner is not None and winner.rates:
+        detail_head = ["rate", "good/s", "good", "done/s", "output tok/s", "TTFT ms p50 / p99",
+                       "TPOT ms p50 / p99", "in flight mean / max", "queued max",
+                       "notes"]  # fmt: skip
+        detail = [
+            [
+                _cell_num(f"{float(r['rate']):g}/s"),
+                _cell_num(_num(r.get("goodput"), 2)),
+                _cell_num(f"{r.get('good')}/{r.get('sent')}"),
+                _cell_num(_num(r.get("request_throughput"), 2)),
+                _cell_num(_num(r.get("output_throughput"))),
+                _cell_num(f"{_num(r.get('ttft_ms_p50'), 0)} / {_num(r.get('ttft_ms_p99'), 0)}"),
+                _cell_num(f"{_num(r.get('tpot_ms_p50'))} / {_num(r.get('tpot_ms_p99'))}"),
+                _cell_num(f"{_num(r.get('in_flight_mean'))} / {_num(r.get('in_flight_max'))}"),
+                _cell_num(_num(r.get("queued_max"))),
+                esc("; ".join(r.get("notes") or ())),
+            ]
+            for r in winner.rates
+        ]
+        body += (
+            f"<p>The best trial ({winner.number}) at each rate: queued is what was in flight "
+            "above the server's running-request slots, waiting rather than decoding.</p>"
+            + _table(detail_head, detail)
+        )
+    return _section("rates", "Goodput per rate", body)
 
 
 def _with_sd(value: Any, sd: Any) -> str:

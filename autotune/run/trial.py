@@ -19,12 +19,14 @@ import httpx
 
 from autotune import bench
 from autotune import log as alog
+from autotune.bench.open_loop import RateResult
 from autotune.bench.pool import pool_levels
 from autotune.config import Config
 from autotune.deploy.base import Deployer
 from autotune.engines.base import STUDY_FAILURES, Engine, Failure, ServerInfo
 from autotune.errors import DeployError, ServerFailed, StudyStopped
 from autotune.log import get
+from autotune.run.rates import measure_rates, rate_attrs
 from autotune.run.stopping import StopRequest
 from autotune.search import objective
 from autotune.search.pruning import PRUNED, LevelPlan, Verdict
@@ -172,8 +174,13 @@ class TrialPipeline:
             )
             return self._result(score, attrs, unit_text)
 
+        # One deck for the trial: no level repeats a prompt a warm-up or an earlier level sent.
+        deck = bench.PromptDeck(self.workload.prompts)
+        rates: list[RateResult] = []
         try:
-            measured_levels, verdict = self._benchmark(info, plan or LevelPlan(levels))
+            measured_levels, verdict = self._benchmark(info, plan or LevelPlan(levels), deck)
+            if verdict is None and self.cfg.benchmark.request_rate:
+                rates = measure_rates(self, info, deck, self._check_alive)
         except ServerFailed as failed:
             attrs.update(_failure_attrs(failed.kind, failed.reason))
             log.warning("server failed during benchmark", kind=failed.kind, reason=failed.reason)
@@ -202,11 +209,13 @@ class TrialPipeline:
         accepts = [r["accept_length"] for r in per_level if r.get("accept_length")]
         if accepts:
             attrs["accept_length"] = round(sum(accepts) / len(accepts), 3)
-        rates = [r["draft_acceptance"] for r in per_level if r.get("draft_acceptance") is not None]
-        if rates:
-            attrs["draft_acceptance"] = round(sum(rates) / len(rates), 4)
+        shares = [r["draft_acceptance"] for r in per_level if r.get("draft_acceptance") is not None]
+        if shares:
+            attrs["draft_acceptance"] = round(sum(shares) / len(shares), 4)
         attrs.update(_uncertainty_attrs(self.cfg, per_level))
         attrs.update(_judged_attrs(self.cfg, [r["concurrency"] for r in per_level], results))
+        if rates:
+            attrs.update(rate_attrs(rates))
         if verdict is not None:
             # The constraints of the levels measured; the value is the verdict's estimate.
             attrs[PRUNED] = verdict.attrs()
@@ -215,7 +224,13 @@ class TrialPipeline:
                 self.cfg.objective, measured, results, info.max_running_requests
             )
         else:
-            score = objective.score(self.cfg.objective, levels, results, info.max_running_requests)
+            score = objective.score(
+                self.cfg.objective,
+                levels,
+                results,
+                info.max_running_requests,
+                [r.to_dict() for r in rates],
+            )
         result = self._result(score, attrs, unit_text)
         result.levels = per_level
         result.pruned = verdict is not None
@@ -261,12 +276,10 @@ class TrialPipeline:
                 time.sleep(0.25)
 
     def _benchmark(
-        self, info: ServerInfo, plan: LevelPlan
+        self, info: ServerInfo, plan: LevelPlan, deck: bench.PromptDeck
     ) -> tuple[dict[int, bench.LevelResult], Verdict | None]:
         b = self.cfg.benchmark
         results: dict[int, bench.LevelResult] = {}
-        # One deck for the trial: no level repeats a prompt a warm-up or an earlier level sent.
-        deck = bench.PromptDeck(self.workload.prompts)
         if plan.levels != tuple(b.concurrency):
             log.info("levels in the order most likely to settle this config", order=plan.levels)
         for i, c in enumerate(plan.levels, 1):
@@ -414,9 +427,7 @@ class TrialPipeline:
                 raise ServerFailed(refused.kind, refused.reason) from None
             # The server is up but did not serve the load properly (errors, timeouts).
             raise ServerFailed("client_error", str(exc)) from None
-        if not self.deployer.is_running():
-            text = self.deployer.logs()
-            raise ServerFailed("crash_during_benchmark", _last_error(text), _tail(text))
+        self._check_alive()
         after = asyncio.run(self.engine.counters(url, self.api_key))
         if before is not None and after is not None:
             server = after.since(before)
@@ -428,6 +439,11 @@ class TrialPipeline:
             level = dataclasses.replace(level, accept_length=logged)
         level = dataclasses.replace(level, cache_flush=flushed)
         return level.in_server_time(time_scale)
+
+    def _check_alive(self) -> None:
+        if not self.deployer.is_running():
+            text = self.deployer.logs()
+            raise ServerFailed("crash_during_benchmark", _last_error(text), _tail(text))
 
     def _canonical(self, config: dict[str, Any]) -> dict[str, Any]:
         """The config without knobs that do not apply to it (a server that resolved the

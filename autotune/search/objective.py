@@ -39,6 +39,10 @@ def metric_names(cfg: ObjectiveConfig, levels: Sequence[int]) -> list[str]:
         return ["geomean_output_tok_s"]
     if cfg.mode == "single":
         return [f"output_tok_s@c{cfg.level}"]
+    if cfg.mode == "goodput":
+        return [f"goodput_req_s@{cfg.rate:g}/s"]
+    if cfg.mode == "max_rate":
+        return ["max_rate_req_s"]
     return [f"output_tok_s@c{c}" for c in levels]
 
 
@@ -61,14 +65,21 @@ def score(
     levels: Sequence[int],
     results: Mapping[int, Mapping[str, Any]],
     max_running_requests: int | None,
+    rates: Sequence[Mapping[str, Any]] = (),
 ) -> Score:
-    """Score a server that came up and was benchmarked at every level."""
+    """Score a server that came up and was benchmarked at every level (and `rates`, the
+    open-loop levels measured, when the objective is one of theirs)."""
     throughput = {c: float(results[c]["output_throughput"]) for c in levels}
     if cfg.mode == "geomean":
         values = [_geomean(list(throughput.values()))]
     elif cfg.mode == "single":
         assert cfg.level is not None
         values = [throughput[cfg.level]]
+    elif cfg.mode == "goodput":
+        at = [float(r["goodput"]) for r in rates if float(r["rate"]) == cfg.rate]
+        values = [at[0] if at else 0.0]
+    elif cfg.mode == "max_rate":
+        values = [highest_meeting(rates)]
     else:
         values = [throughput[c] for c in levels]
 
@@ -204,6 +215,17 @@ def unusable(
         max(capacity_violation(cfg, max_running_requests), 0.0) if server_up else 1.0
     )
     return Score([0.0] * n_objectives(cfg, levels), constraints)
+
+
+def highest_meeting(rates: Sequence[Mapping[str, Any]]) -> float:
+    """The highest rate that met the SLOs with every lower rate measured meeting them too
+    (a rate that passes above a failing one is luck, not capacity); 0 when none did."""
+    best = 0.0
+    for r in sorted(rates, key=lambda r: float(r["rate"])):
+        if not r["meets_slo"]:
+            break
+        best = float(r["rate"])
+    return best
 
 
 def _geomean(xs: list[float]) -> float:

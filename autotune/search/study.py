@@ -57,6 +57,9 @@ _COPIED = (
     "predicted_max_running_requests",
     "predicted_interval",
     "deployed",
+    "rates",
+    "rates_s",
+    "max_rate_meeting_slo",
 )
 #: Prefixes of the per-level user attributes (`output_tok_s@c16`) a reused result copies.
 _PER_LEVEL = (
@@ -66,6 +69,7 @@ _PER_LEVEL = (
     "ttft_p99_ms@",
     "itl_p50_ms@",
     "ci@",
+    "goodput@",
 )
 
 

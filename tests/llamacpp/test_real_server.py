@@ -243,3 +243,32 @@ def test_a_model_that_does_not_load_stops_the_study_in_one_line(
     assert proc.returncode == 2, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert "ExecStart" in last and f"the model file {missing} cannot be opened" in last, last
+
+
+def test_a_study_on_open_loop_rates_reports_goodput_per_rate(
+    llama: tuple[Path, Path], tmp_path: Path
+) -> None:
+    binary, model = llama
+    port = free_port()
+    (tmp_path / "llama.service").write_text(unit_text(binary, model, port))
+    data = _config(tmp_path, port, n_trials=1)  # the unit as it is: the rates are the point
+    data["benchmark"].update(request_rate=[0.25, 4], rate_duration=6)
+    data["objective"].update(mode="max_rate", slo={"ttft_ms": 3000, "tpot_ms": 250})
+    config = tmp_path / "autotune.yaml"
+    config.write_text(yaml.safe_dump(data))
+    proc = autotune("start", "--config", str(config), cwd=tmp_path, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = optuna.load_study(study_name="real", storage=f"sqlite:///{tmp_path / 'real.db'}")
+    measured = [t for t in study.trials if t.user_attrs.get("rates")]
+    assert measured, "no trial measured its rates"
+    for t in measured:
+        rates = {r["rate"]: r for r in t.user_attrs["rates"]}
+        # One request every four seconds is served well within the SLOs; four a second
+        # is more than four CPU slots finish (each takes about two seconds here).
+        assert rates[0.25]["meets_slo"] and rates[0.25]["queued_max"] == 0, rates[0.25]
+        assert not rates[4.0]["meets_slo"] and rates[4.0]["queued_max"] > 0, rates[4.0]
+        assert t.value == max(r for r, x in rates.items() if x["meets_slo"])
+    report = autotune("report", "--config", str(config), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr[-2000:]
+    html = (tmp_path / "real-report.html").read_text()
+    assert "Goodput per rate" in html and "0.25/s" in html

@@ -238,6 +238,9 @@ def _build(
         return None, {"on": False, "reason": reason}
     if target.mode == "pareto":
         return None, {"on": False, "reason": "the Pareto objective scores no single value"}
+    if target.mode not in ("geomean", "single"):
+        reason = f"objective.mode {target.mode} scores open-loop rates, which it does not predict"
+        return None, {"on": False, "reason": reason}
     deployed = deployments(space, target, trials)
     model = PerfModel.fit(space, target, deployed)
     if isinstance(model, str):
