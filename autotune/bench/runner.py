@@ -33,7 +33,13 @@ from autotune.bench.protocol import ENDPOINTS, Prompt, check_endpoint
 from autotune.bench.record import RequestRecord, estimate_tokens
 from autotune.bench.result import WINDOW_DESCRIPTION, LevelResult, LevelSettings
 from autotune.bench.stats import batch_means_ci, percentiles
-from autotune.bench.window import LiveRate, input_tokens_in, throughput_ci, tokens_in
+from autotune.bench.window import (
+    LiveRate,
+    burst_end,
+    input_tokens_in,
+    throughput_ci,
+    tokens_in,
+)
 from autotune.bench.workload import Workload
 from autotune.errors import AutotuneError
 
@@ -434,8 +440,11 @@ class _Level:
         if not ok or self.win_start is None:
             why = _first_error(self.records)
             raise LevelFailed(f"no successful request at concurrency {s.concurrency}: {why}")
-        start = self.win_start
-        end = min(t for i, t in enumerate(self.last_end) if i not in self.cancelled)
+        chunk_times = sorted(t for r in ok for t in r.times)
+        start = burst_end(chunk_times, self.win_start)
+        end = burst_end(
+            chunk_times, min(t for i, t in enumerate(self.last_end) if i not in self.cancelled)
+        )
         window_s = end - start
         out_tokens = tokens_in(ok, start, end)
         in_tokens = self._input_tokens(ok, start, end)

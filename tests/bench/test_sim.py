@@ -79,11 +79,8 @@ def _start_sim(flags: list[str]) -> Iterator[str]:
 def sim_tokens(stats: dict[str, Any], start: float, end: float) -> float:
     """Output tokens the simulator counted between two monotonic times.
 
-    Its ring holds (monotonic time, cumulative output tokens), sampled at an
-    emission at most every 50 ms; interpolating between samples keeps the edges
-    honest. After the last sample only the final total is known: the tokens
-    of the last < 50 ms, which (with nothing running after the window) all
-    came before the window's end.
+    Its ring holds (monotonic time, cumulative output tokens) at every step, so the count
+    at a time is the last step's at or before it: exact, with no interpolation.
     """
     ring = stats["ring"]
     times = [t for t, _ in ring]
@@ -91,12 +88,15 @@ def sim_tokens(stats: dict[str, Any], start: float, end: float) -> float:
     def cumulative(t: float) -> float:
         i = bisect.bisect_right(times, t)
         assert i > 0, "window starts before the simulator's ring"
-        if i == len(ring):
-            return float(stats["output_tokens"])
-        (t0, c0), (t1, c1) = ring[i - 1], ring[i]
-        return c0 + (c1 - c0) * (t - t0) / (t1 - t0)
+        return float(ring[i - 1][1])
 
     return cumulative(end) - cumulative(start)
+
+
+#: The client's window figure against the simulator's own count over the same window.
+#: Before window edges moved to the end of their delivery burst, it read 0.6-1.8 % low at
+#: 64 streams on 3-s windows; after, within 0.05 % (docs/benchmark.md).
+AGREEMENT = 0.005
 
 
 @pytest.mark.slow
@@ -111,7 +111,7 @@ def test_throughput_matches_the_simulators_own_counters(
     stats = httpx.get(sim + "/sim/stats", timeout=10, trust_env=False).json()
     truth = sim_tokens(stats, res.window_start_monotonic, res.window_end_monotonic)
     assert res.errors == 0 and res.usage_source == "usage"
-    assert res.output_throughput == pytest.approx(truth / res.window_s, rel=0.02)
+    assert res.output_throughput == pytest.approx(truth / res.window_s, rel=AGREEMENT)
     assert res.tokens_per_chunk > 1.5, "speculation sends several tokens per chunk"
 
 
@@ -135,14 +135,14 @@ def test_more_clients_than_server_slots_measures_the_saturated_server(small_sim:
     and requests still queued at the stop are cancelled rather than drained."""
     wl = load_workload("natural", max_tokens=96)
     settings = LevelSettings(
-        32, min_duration_s=2.5, max_duration_s=4.0, ci_width=0.02, server_slots=8
+        64, min_duration_s=2.5, max_duration_s=4.0, ci_width=0.02, server_slots=8
     )
     before = httpx.get(small_sim + "/sim/stats", timeout=10, trust_env=False).json()
     res = asyncio.run(run_level(small_sim, None, wl, settings))
     stats = httpx.get(small_sim + "/sim/stats", timeout=10, trust_env=False).json()
     truth = sim_tokens(stats, res.window_start_monotonic, res.window_end_monotonic)
     assert res.errors == 0
-    assert res.output_throughput == pytest.approx(truth / res.window_s, rel=0.02)
+    assert res.output_throughput == pytest.approx(truth / res.window_s, rel=AGREEMENT)
     assert "8 slots" in res.window
     aborted = stats["requests"]["aborted"] - before["requests"]["aborted"]
     assert aborted > 0, "queued requests should have been cancelled at the stop"

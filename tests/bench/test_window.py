@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from autotune.bench.record import RequestRecord
-from autotune.bench.window import LiveRate, batch_throughputs, input_tokens_in, tokens_in
+from autotune.bench.window import (
+    BURST_CAP_S,
+    LiveRate,
+    batch_throughputs,
+    burst_end,
+    input_tokens_in,
+    tokens_in,
+)
 
 
 def record(times: list[float], counts: list[int], prompt: int = 10) -> RequestRecord:
@@ -53,3 +60,13 @@ def test_live_rate_learns_the_token_scale() -> None:
     live.finish(rec)
     assert live.scale == pytest.approx(1.5)
     assert live.rate(0.0, 2.0) == pytest.approx(30.0, rel=0.1)
+
+
+def test_a_window_edge_moves_to_the_end_of_its_delivery_burst() -> None:
+    # Two server steps reach four streams each: read within 0.3 ms, 40 ms apart.
+    times = [1.0, 1.0001, 1.0002, 1.0003, 1.04, 1.0401, 1.0402, 1.0403]
+    assert burst_end(times, 1.0001) == 1.0003  # the rest of that step, not the next one
+    assert burst_end(times, 1.0403) == 1.0403
+    # Steps back to back leave no gap: the edge moves at most BURST_CAP_S.
+    dense = [1.0 + i * 0.001 for i in range(100)]
+    assert burst_end(dense, 1.0) == pytest.approx(1.0 + BURST_CAP_S, abs=0.0011)
