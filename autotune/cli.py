@@ -272,7 +272,12 @@ def _status(args: argparse.Namespace) -> int:
 
     rows = [_row(study, t) for t in study.get_trials(deepcopy=False)]
     runs = finalists.expected_runs(cfg, study)
-    e = estimate.of(study, cfg.study.n_trials, finalist_runs=runs)
+    e = estimate.of(
+        study,
+        cfg.study.n_trials,
+        finalist_runs=runs,
+        extra_s=finalists.expected_phase_s(cfg, study),
+    )
     model = study.user_attrs.get(perf.STATUS)
     if args.json:
         body = {"study": study.study_name, "metric_names": study.metric_names, "trials": rows}
@@ -450,6 +455,7 @@ def _restore(args: argparse.Namespace) -> int:
 def _export_adaptive(args: argparse.Namespace) -> int:
     from autotune.commands import export_adaptive as ea
     from autotune.commands import export_schedule as es
+    from autotune.commands import phase_summary
     from autotune.search import study as st
 
     cfg = _load(args)
@@ -463,14 +469,16 @@ def _export_adaptive(args: argparse.Namespace) -> int:
     if not args.measure:
         return 0
     ea.measure(cfg, data)
-    rows = ea.comparison(cfg, st.open_study(cfg, create=False))
-    print(ea.table(rows))
+    study = st.open_study(cfg, create=False)
+    print(ea.table(ea.comparison(cfg, study)))
+    print(phase_summary.table(phase_summary.phases(study, study.user_attrs.get(ea.PROBES) or {})))
     return 0
 
 
 def _export_schedule(cfg: Config, out: Path | None, measure: bool) -> int:
     """A draft length per batch size inside the JSON flag (vLLM's per-batch-size schedule)."""
     from autotune.commands import export_schedule as es
+    from autotune.commands import phase_summary
     from autotune.search import study as st
 
     path, data, winners = es.export(cfg, out)
@@ -480,7 +488,10 @@ def _export_schedule(cfg: Config, out: Path | None, measure: bool) -> int:
     print(f"wrote {path}: --speculative-config '{json.dumps(data)}'")
     if measure:
         es.measure(cfg, data)
-        print(es.comparison(cfg, st.open_study(cfg, create=False)))
+        study = st.open_study(cfg, create=False)
+        print(es.comparison(cfg, study))
+        probes = study.user_attrs.get(es.PROBES) or {}
+        print(phase_summary.table(phase_summary.phases(study, probes)))
     return 0
 
 

@@ -96,6 +96,10 @@ class BenchmarkConfig:
     """poisson, or the path of a trace whose arrival times each rate replays."""
     rate_duration: float = 20.0
     """Seconds of arrivals per rate (the drain comes on top)."""
+    load_phase: bool = True
+    """Finalists and adaptive probes run the changing-load phase (concurrency up and back)."""
+    load_phase_segment: float = 20.0
+    """Seconds at each concurrency of the phase."""
 
 
 @dataclass(frozen=True)
@@ -585,6 +589,8 @@ def _benchmark(s: _Section, base_dir: Path) -> BenchmarkConfig:
         request_rate=_rates(s),
         arrivals=_arrivals(s, base_dir),
         rate_duration=s.number("rate_duration", d.rate_duration, minimum=1),
+        load_phase=s.bool("load_phase", d.load_phase),
+        load_phase_segment=s.number("load_phase_segment", d.load_phase_segment, minimum=2),
     )
     s.finish()
     return out

@@ -35,6 +35,9 @@ from autotune.sim.profiles import get_profile  # noqa: E402
 
 LEVELS = (1, 16, 64)
 MAX_TOKENS = 128
+#: Seconds per level of the changing-load phase (c=1→16→64→16→1) that the declared best
+#: (as a finalist) and both probes run.
+PHASE_SEGMENT_S = 8.0
 
 
 def main() -> int:
@@ -98,7 +101,28 @@ def cell(profile: str, workload: str, trials: int) -> str:
             f"[{_v(t['exported'])}] | {best} | {best_true} |"
         )
     del run, export
-    return head + "\n".join(lines) + "\n"
+    return head + "\n".join(lines) + "\n\n" + _phase_table(study["phases"]) + "\n"
+
+
+def _phase_table(phases: dict[str, Any]) -> str:
+    if not phases:
+        return "Changing-load phase: not measured.\n"
+    levels = "→".join(map(str, next(iter(phases.values()))["levels"]))
+    head = (
+        f"Through the changing-load phase (c={levels}, {PHASE_SEGMENT_S:g} s each):\n\n"
+        "| config | tok/s through the phase | per segment (steady part) | tier switches "
+        "(steady, /min) | stalls | verdict |\n|---|---|---|---|---|---|\n"
+    )
+    rows = []
+    for label, p in phases.items():
+        segs = " · ".join(f"{s['output_throughput']:,.0f}" for s in p["segments"])
+        per_min = p.get("switches_per_min_steady")
+        verdict = "held up" if p["held_up"] else "did not hold up: " + "; ".join(p["problems"])
+        rows.append(
+            f"| {label} | {p['output_throughput']:,.0f} | {segs} | {len(p['switches'])}"
+            f"{'' if per_min is None else f' ({per_min:g})'} | {p['stalls']} | {verdict} |"
+        )
+    return head + "\n".join(rows) + "\n"
 
 
 def _leaders(values: dict[str, float], within: float) -> str:
@@ -136,7 +160,8 @@ def _study(folder: Path, profile: str, workload: str, trials: int) -> Path:
         "search_space": "sglang-adaptive.yaml",
         "benchmark": {"concurrency": list(LEVELS), "workload": workload,
                       "max_tokens": MAX_TOKENS, "min_duration": 2.0, "max_duration": 5.0,
-                      "finalists": 0},
+                      "finalists": 2, "finalist_rounds": 1,
+                      "load_phase_segment": PHASE_SEGMENT_S},
         "objective": {"mode": "geomean"},
     }  # fmt: skip
     path = folder / "autotune.yaml"
@@ -159,7 +184,7 @@ def _cli(*args: Any) -> subprocess.CompletedProcess[str]:
 
 
 def _study_attrs(folder: Path) -> dict[str, Any]:
-    from autotune.commands import export_adaptive
+    from autotune.commands import export_adaptive, phase_summary
     from autotune.config import load_config
     from autotune.search import study as st
 
@@ -168,6 +193,9 @@ def _study_attrs(folder: Path) -> dict[str, Any]:
     return {
         "rows": export_adaptive.comparison(cfg, study),
         "export": study.user_attrs["adaptive_export"],
+        "phases": phase_summary.phases(
+            study, study.user_attrs.get(export_adaptive.PROBES) or {}, every_finalist=True
+        ),
     }
 
 

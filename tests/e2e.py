@@ -81,6 +81,7 @@ def study_dir(
             "max_duration": 1.5,
             "warmup_requests": 1,
             "finalists": finalists,
+            "load_phase_segment": 2,  # the finalists' changing-load phase: 2 s per level
         },
         "objective": objective or {"constraints": {"min_running_requests": 4}},
     }

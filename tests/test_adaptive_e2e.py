@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e import autotune, status, study_dir
 
@@ -22,7 +23,11 @@ def test_adaptive_space_study_export_and_report(tmp_path: Path) -> None:
         concurrency=[1, 16],
         objective={"mode": "geomean"},
         sim_flags="--sim-load-time 0.2 --sim-noise 0.01",
+        finalists=2,
     )
+    data = yaml.safe_load(config.read_text())
+    data["benchmark"].update(finalist_rounds=1, load_phase_segment=3)
+    config.write_text(yaml.safe_dump(data))
     proc = autotune("start", "--config", str(config), cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     trials = status(config)["trials"]
@@ -46,6 +51,15 @@ def test_adaptive_space_study_export_and_report(tmp_path: Path) -> None:
         # static, best adaptive trial, SGLang's default and the exported config all measured
         assert row.count("—") == 0, proc.stdout
     assert "measuring an adaptive config" in proc.stderr and "probe=exported" in proc.stderr
+    # The declared best (as a finalist) and both probes went through the changing-load phase
+    # (c=1, 16, 1), judged against the levels the same deployment served.
+    phase = lines[lines.index(next(x for x in lines if x.startswith("through the changing")))
+                  + 1 :]  # fmt: skip
+    labels = {x.split()[0] for x in phase}
+    assert labels == {"static", "sglang-default", "exported"}, proc.stdout
+    for row in phase:
+        assert "tok/s  per segment [" in row and ("held up" in row or "NOT HOLD UP" in row), row
+    assert "c=1→16→1, 3.0 s each" in proc.stdout
 
     proc = autotune("report", "--config", str(config), "--out", str(tmp_path), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -140,3 +140,32 @@ def test_the_old_rule_is_kept_for_the_benchmark(demo: tuple[Config, Landscape]) 
     finalists.validate(cfg, study, remeasure, judge="median")
     # Every finalist, every round: nothing stops early under the old rule.
     assert len(remeasure.calls) == 3 * 2
+
+
+def test_a_winner_that_breaks_under_changing_load_is_not_declared(
+    demo: tuple[Config, Landscape],
+) -> None:
+    cfg, land = demo
+    study, top, keys = _with_finalists(cfg, land, 1)
+    fixed = _fixed(land, cfg, {keys[0]: 1.0, keys[1]: 0.97, keys[2]: 0.80})
+    phased: list[tuple[Any, ...]] = []
+
+    def under_changing_load(params: dict[str, Any] | None) -> TrialResult:
+        assert params is not None
+        phased.append(cfg.space.key(params))
+        result = fixed(params)
+        broke = cfg.space.key(params) == keys[0]
+        problems = ["at c=64 from 40 s it served 150 tok/s, 0.60x its fixed level's 250"]
+        result.attrs["load_phase"] = {"held_up": not broke, "problems": problems if broke else []}
+        return result
+
+    declared = finalists.validate(cfg, study, fixed, under_changing_load=under_changing_load)
+    # Each finalist went through the phase once, in its first round only.
+    assert sorted(phased) == sorted(keys)
+    record = study.user_attrs[finalists.FINALISTS]
+    # The fixed levels prefer the first; it broke where the load changed: the best of those
+    # that held up is declared, and the record says which one the levels preferred.
+    assert record["fixed_level_winner"] == top[0].number
+    assert declared == top[1].number == record["declared_best"]
+    assert record["finalists"][str(top[0].number)]["load_phase"]["held_up"] is False
+    assert st.best_trials(study)[0].number == declared

@@ -146,6 +146,9 @@ def test_finalists_are_measured_again_and_the_best_is_declared_by_all_measuremen
     assert validation["p_best"] == max(t["validation"]["p_best"] for t in validated)
     # Validation adds measurements, not trials.
     assert len(status(config)["trials"]) == 4
+    # Each finalist went through the changing-load phase (c=1, 4, 1) in its first round.
+    assert proc.stderr.count("changing-load phase done") == 2
+    assert "held_up=True" in proc.stderr, proc.stderr[-3000:]
 
 
 def test_a_level_that_misses_its_confidence_target_is_measured_again_and_marked(

@@ -89,6 +89,9 @@ class ToyEngine:
     def accept_length_from_log(self, log_text: str) -> float | None:
         return None
 
+    def tier_switches(self, log_text: str) -> list[tuple[float | None, int, int]]:
+        return []
+
     def classify_failure(self, log_text: str, exit_code: int | None) -> Failure:
         last = log_text.strip().splitlines()[-1:] or ["no log"]
         return Failure("crash_on_start", last[0])

@@ -6,8 +6,9 @@ speculation can switch by batch size, so the study's winners become one config:
 each concurrency level's best chain (topk 1) gets the batch sizes from just above
 the previous level's up to its own (SGLang routes a batch by its size, unpadded).
 
-`--measure` deploys it, and SGLang's built-in adaptive config when the study has
-not measured it, each as one more measurement of every level. They are recorded
+`--measure` deploys it, and SGLang's built-in adaptive config, each as one more
+measurement of every level followed by the changing-load phase (`benchmark.load_phase`;
+without it the default is deployed only when the study has not measured it). They are recorded
 in the study (user attribute `adaptive_probes`), not as Optuna trials: they are
 not points of the search space, so the sampler, the finalists and "best" never
 take them for one. The report compares them per level with the static winners.
@@ -144,13 +145,18 @@ def measure(cfg: Config, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     wanted: dict[str, tuple[dict[str, Any], str | None]] = {
         EXPORTED: ({switch: True, file: exported}, json.dumps(data)),
     }
-    if param.file.builtin is not None and _measured_default(study, switch, file, param) is None:
+    # SGLang's default is measured here when the study did not, or, with the changing-load
+    # phase on, to put it through the phase too (a study's trials do not run it).
+    unmeasured = _measured_default(study, switch, file, param) is None
+    if param.file.builtin is not None and (unmeasured or cfg.benchmark.load_phase):
         wanted[DEFAULT] = ({switch: True, file: param.file.builtin}, None)
     deployer = deployment.deployer_for(cfg)
     probes = dict(study.user_attrs.get(PROBES) or {})
     try:
         deployer.preflight()
         pipeline = deployment.pipeline_for(cfg, deployer)
+        # A schedule breaks where the load changes, not at the levels it was derived from.
+        pipeline.load_phase = cfg.benchmark.load_phase
         try:
             for label, (config, text) in wanted.items():
                 unit = pipeline.unit_for(config)
@@ -195,6 +201,7 @@ def _record(
         "value": _rounded(values),
         "levels": levels,
         "max_running_requests": attrs.get("max_running_requests"),
+        "load_phase": attrs.get("load_phase"),
         "failure": attrs.get("failure"),
         "reason": attrs.get("reason"),
         "unit": unit,

@@ -178,6 +178,8 @@ def measure(cfg: Config, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     try:
         deployer.preflight()
         pipeline = deployment.pipeline_for(cfg, deployer)
+        # A schedule breaks where the load changes, not at the levels it was derived from.
+        pipeline.load_phase = cfg.benchmark.load_phase
         data = with_unit_fields(cfg, pipeline.base_unit, data)
         unit = unitfile.patch_unit(pipeline.base_unit, {flag: json.dumps(data)}, [])
         try:
@@ -204,6 +206,7 @@ def _record(attrs: Mapping[str, Any], values: Any, unit: str) -> dict[str, Any]:
         "feasible": attrs.get("feasible"),
         "value": round(float(values[0]), 2) if values else None,
         "levels": levels,
+        "load_phase": attrs.get("load_phase"),
         "failure": attrs.get("failure"),
         "reason": attrs.get("reason"),
         "unit": unit,

@@ -183,6 +183,11 @@ class Engine(Protocol):
     def accept_length_from_log(self, log_text: str) -> float | None:
         """Mean speculative acceptance length over the decode lines in `log_text`."""
 
+    def tier_switches(self, log_text: str) -> list[tuple[float | None, int, int]]:
+        """(unix time or None, steps before, steps after) for each switch of speculation
+        depth the server logged (an adaptive controller's tiers); [] for an engine that
+        switches silently or never."""
+
     def classify_failure(self, log_text: str, exit_code: int | None) -> Failure:
         """Name the failure of a server that died or never became ready."""
 

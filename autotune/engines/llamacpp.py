@@ -219,6 +219,9 @@ class LlamaCppEngine:
         total = per_slot if unified == "true" else per_slot * slots
         return total, slots
 
+    def tier_switches(self, log_text: str) -> list[tuple[float | None, int, int]]:
+        return []  # no adaptive depth to switch
+
     def accept_length_from_log(self, log_text: str) -> float | None:
         """Tokens per verify step over the requests' `draft acceptance` lines.
 

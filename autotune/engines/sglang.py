@@ -10,6 +10,7 @@ batch.` → `Decode batch,`, `/get_server_info` → `/server_info`).
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,12 @@ _PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\]\s?")
 _CAPACITY_LINE = re.compile(r"max_total_num_tokens=\d+.*max_prefill_tokens=\d+")
 _FIELD = re.compile(r"(\w+)=(\d+(?:\.\d+)?)(?:\s*GB)?")
 # `Decode batch, ` (0.5.x), `Decode batch [12], ` (SGLANG_LOG_FORWARD_ITERS), `Decode batch. `.
+_TIER_SWITCH = re.compile(
+    r"^(?:\[(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]]*\]\s?)?.*?"
+    + re.escape(facts.TIER_SWITCH.text.split("{}")[0])
+    + r"(?P<before>\d+) -> (?P<after>\d+)",
+    re.MULTILINE,
+)
 _DECODE = re.compile(r"Decode batch(?: \[\d+\])?[.,].*?accept len: (\d+(?:\.\d+)?)")
 # argparse's last words: `sglang serve: error: unrecognized arguments: --x 1` (0.5.10 on) or
 # `launch_server.py: error: ...` (the script's name, older builds).
@@ -300,6 +307,21 @@ class SGLangEngine:
         values = [float(v) for v in _DECODE.findall(log_text)]
         values = [v for v in values if v >= 1.0]
         return sum(values) / len(values) if values else None
+
+    def tier_switches(self, log_text: str) -> list[tuple[float | None, int, int]]:
+        """`Switch adaptive runtime state: steps X -> Y` lines (0.5.16 on), timed by their
+        `[YYYY-mm-dd HH:MM:SS …]` prefix (the host's local time, whole seconds)."""
+        out: list[tuple[float | None, int, int]] = []
+        for m in _TIER_SWITCH.finditer(log_text):
+            stamp = m.group("stamp")
+            at = None
+            if stamp:
+                try:
+                    at = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+                except ValueError:
+                    at = None
+            out.append((at, int(m.group("before")), int(m.group("after"))))
+        return out
 
     def classify_failure(self, log_text: str, exit_code: int | None) -> Failure:
         """Name why the server did not serve, from its log and exit code.

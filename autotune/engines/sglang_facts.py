@@ -42,6 +42,7 @@ __all__ = [
     "OOM_MESSAGES",
     "PARSER_PROG",
     "READY_LINE",
+    "TIER_SWITCH",
     "UNKNOWN_ALGORITHM",
     "Since",
     "decode_capture_sizes",
@@ -207,6 +208,14 @@ METRICS: dict[str, str] = {
 #: http_server.py; the scheduler's flush also clears the draft worker's pool). 200 when
 #: done; 400 while requests run or wait. `?timeout=` (seconds to wait for idle) from 0.5.16;
 #: 0.5.6 ignores it.
+#: The adaptive controller moving to another tier, or a batch routed to another entry's
+#: state (srt/speculative/eagle_worker_v2.py, apply_runtime_state; logged on rank 0). Read
+#: to mark switch points on the changing-load phase.
+TIER_SWITCH = Since(
+    "Switch adaptive runtime state: steps {} -> {}, draft_tokens {} -> {}",
+    "sglang/srt/speculative/eagle_worker_v2.py",
+    "0.5.16",
+)
 FLUSH_CACHE = "/flush_cache"
 FLUSH_CACHE_ROUTE = Since(
     '@app.api_route("/flush_cache", methods=["GET", "POST"])',

@@ -273,6 +273,9 @@ class VLLMEngine:
             running = facts.DEFAULT_MAX_NUM_SEQS[device] * world
         return tokens, running
 
+    def tier_switches(self, log_text: str) -> list[tuple[float | None, int, int]]:
+        return []  # no adaptive depth to switch
+
     def accept_length_from_log(self, log_text: str) -> float | None:
         """Tokens per verify step over the `SpecDecoding metrics` lines (each covers its own
         10 s): a line's drafts are accepted / (mean length - 1)."""

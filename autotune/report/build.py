@@ -10,7 +10,7 @@ from typing import Any
 import matplotlib
 
 from autotune.bench.workload import load_workload
-from autotune.commands import export_adaptive
+from autotune.commands import export_adaptive, phase_summary
 from autotune.config import Config
 from autotune.errors import AutotuneError, ConfigError
 from autotune.log import get
@@ -35,12 +35,15 @@ def build_report(cfg: Config, out_dir: str | Path) -> Path:
         raise AutotuneError(f"no study database at {db} (run `autotune start` first)")
     study = st.open_study(cfg, create=False)
     data = report_data.load(cfg, study)
+    probes = study.user_attrs.get(export_adaptive.PROBES) or {}
+    load_phases = phase_summary.phases(study, probes, every_finalist=True)
     page = Page(
         data=data,
         plots=Plots(
             best_so_far=plots.best_so_far_plot(data),
             throughput=plots.throughput_plot(data),
             capacity=plots.capacity_plot(data),
+            load_phase=plots.load_phase_plot(load_phases),
         ),
         diff=unit_diff(cfg, data, TrialFiles(study, cfg.study.storage)),
         flags=lambda config: _flags(cfg, config),
@@ -49,6 +52,8 @@ def build_report(cfg: Config, out_dir: str | Path) -> Path:
         adaptive=_adaptive_rows(cfg, study),
         adaptive_export=study.user_attrs.get("adaptive_export"),
         adaptive_probes=study.user_attrs.get(export_adaptive.PROBES),
+        load_phases=load_phases,
+        fixed_level_winner=(study.user_attrs.get("finalists") or {}).get("fixed_level_winner"),
     )
     out = Path(out_dir)
     try:

@@ -190,11 +190,13 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
 
 
 def _time(cfg: Config, study: optuna.Study) -> str:
-    from autotune.run.finalists import expected_runs
+    from autotune.run.finalists import expected_phase_s, expected_runs
     from autotune.search import estimate
 
     runs = expected_runs(cfg, study)
-    e = estimate.of(study, cfg.study.n_trials, finalist_runs=runs)
+    e = estimate.of(
+        study, cfg.study.n_trials, finalist_runs=runs, extra_s=expected_phase_s(cfg, study)
+    )
     if e is None:
         return ""
     return f"{estimate.sentence(e)} (a deployed trial took {estimate.duration(e.per_trial_s)})"

@@ -37,6 +37,7 @@ class Plots:
     best_so_far: str | None
     throughput: str | None
     capacity: str | None
+    load_phase: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,10 @@ class Page:
     """Static vs adaptive per level (`export_adaptive.comparison`); None: not such a space."""
     adaptive_export: Mapping[str, Any] | None = None
     adaptive_probes: Mapping[str, Any] | None = None
+    load_phases: Mapping[str, Mapping[str, Any]] | None = None
+    """Label -> changing-load phase (`commands/phase_summary.phases`)."""
+    fixed_level_winner: int | None = None
+    """The finalist the fixed levels preferred, when it did not hold up under changing load."""
 
 
 def esc(value: Any) -> str:
@@ -94,6 +99,7 @@ def render(page: Page) -> str:
         _winner_unit(page.diff),
         _settings(page),
         _rates(page),
+        _load_phase(page),
         _adaptive(page),
         _infeasible(page),
         _pruned(page),
@@ -484,6 +490,64 @@ def _predictions(page: Page) -> str:
         "step cost from the levels measured), against what the deployment then measured.</p>"
     )
     return _section("predictions", "Predicted before deploying", intro + _table(head, body_rows))
+
+
+def _load_phase(page: Page) -> str:
+    """The finalists and exported configs through the changing-load phase."""
+    phases = page.load_phases or {}
+    if not phases:
+        return ""
+    first = next(iter(phases.values()))
+    levels = " → ".join(str(c) for c in first.get("levels") or ())
+    segment = first.get("segment_s")
+    head = ["config", "tok/s through the phase", "tok/s per segment (steady part)",
+            "tier switches (at steady load, per min)", "stalled streams", "verdict"]  # fmt: skip
+    rows = []
+    for label, p in phases.items():
+        segs = " · ".join(
+            f"c={s['concurrency']}: {s['output_throughput']:.0f}" for s in p.get("segments") or ()
+        )
+        per_min = p.get("switches_per_min_steady")
+        switches = f"{len(p.get('switches') or ())}" + (
+            f" ({per_min:g}/min)" if per_min is not None else ""
+        )
+        verdict = (
+            '<span class="good">held up</span>'
+            if p.get("held_up")
+            else '<span class="bad">did not hold up</span>: '
+            + esc("; ".join(p.get("problems") or ()))
+        )
+        rows.append(
+            [
+                esc(label),
+                _cell_num(_num(p.get("output_throughput"))),
+                esc(segs),
+                _cell_num(switches),
+                _cell_num(_num(p.get("stalls"))),
+                verdict,
+            ]
+        )
+    intro = (
+        f"<p>A closed loop whose client count steps across the levels and back (c = {esc(levels)}, "
+        f"{esc(segment)} s each) in the same deployment as a finalist's first re-measurement "
+        "or an exported config's measurement, so that a config or schedule that breaks where the "
+        "load changes shows it. A config does not hold up when a stream stalls or fails, when "
+        "its speculation tier flaps at a steady load (SGLang's <code>Switch adaptive runtime "
+        "state</code> lines), or when a segment serves under 0.8x its fixed level.</p>"
+    )
+    if page.fixed_level_winner is not None:
+        intro += (
+            f'<p class="bad">The fixed-level winner, trial {page.fixed_level_winner}, did not '
+            "hold up: the study declared the most likely best of the finalists that did.</p>"
+        )
+    plot = (
+        f'<img alt="throughput and latency through the phase" src="{page.plots.load_phase}">'
+        '<p class="note">Throughput and median TTFT per bin; dashed lines where the load '
+        "changes, ticks on the top where the server switched tier.</p>"
+        if page.plots.load_phase
+        else ""
+    )
+    return _section("load-phase", "Under changing load", intro + plot + _table(head, rows))
 
 
 #: Trials shown in the goodput table (feasible ones, best first).

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from matplotlib.axes import Axes
@@ -160,6 +160,42 @@ def capacity_plot(data: StudyData) -> str | None:
     extra = [("line", f"min_running_requests = {floor} (constraint)")] if floor is not None else []
     _legend(fig, with_best=None, extra=extra)
     fig.suptitle("Requests the server can run at once, against each knob")
+    return png_data_uri(fig)
+
+
+def load_phase_plot(phases: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """Throughput and median TTFT through the changing-load phase, one line per config, the
+    load changes as dashed lines and each config's tier switches as ticks along the top."""
+    shown = {k: p for k, p in phases.items() if p.get("bins")}
+    if not shown:
+        return None
+    fig = Figure(figsize=(WIDTH_IN, 5.2))
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=(3, 2))
+    first = next(iter(shown.values()))
+    seg = float(first["segment_s"])
+    for i, (label, p) in enumerate(shown.items()):
+        color = f"C{i}"
+        bins = p["bins"]
+        width = seg / max(1, len(bins) // max(1, len(p["levels"])))
+        xs = [float(b["t_s"]) + width / 2 for b in bins]
+        top.plot(xs, [b["tok_s"] for b in bins], color=color, label=label, lw=1.6)
+        ttft = [(x, b["ttft_ms_p50"]) for x, b in zip(xs, bins, strict=True) if b["ttft_ms_p50"]]
+        if ttft:
+            bottom.plot(*zip(*ttft, strict=True), color=color, lw=1.2, marker=".", ms=3)
+        switches = [float(s[0]) for s in p.get("switches") or ()]
+        if switches:
+            top.plot(switches, [1.0 - 0.03 * i] * len(switches), "|", color=color, ms=8,
+                     transform=top.get_xaxis_transform())  # fmt: skip
+    for n, c in enumerate(first["levels"]):
+        for ax in (top, bottom):
+            ax.axvline(n * seg, color="#999", ls="--", lw=0.8)
+        top.text(n * seg + seg / 2, 1.04, f"c={c}", transform=top.get_xaxis_transform(),
+                 ha="center", fontsize=9)  # fmt: skip
+    top.set_ylabel("output tok/s")
+    top.set_ylim(bottom=0)
+    bottom.set_ylabel("TTFT p50 (ms)")
+    bottom.set_xlabel("seconds into the phase")
+    top.legend(loc="lower center", fontsize=8, ncols=min(4, len(shown)))
     return png_data_uri(fig)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import optuna
 
+from autotune.bench.phase import ramp
 from autotune.config import Config
 from autotune.log import get
 from autotune.run.trial import TrialResult
@@ -85,10 +86,31 @@ def expected_runs(cfg: Config, study: optuna.Study) -> int:
     return cfg.benchmark.finalists * min(cfg.benchmark.finalist_rounds, 2)
 
 
+def expected_phase_s(cfg: Config, study: optuna.Study) -> float:
+    """Seconds the finalists' changing-load phases will add (each finalist runs one), in
+    wall time: a rehearsal's speed-up taken out."""
+    if not pending(cfg, study) or not cfg.benchmark.load_phase:
+        return 0.0
+    speedups = [t.user_attrs.get("rehearsal_speedup") for t in study.get_trials(deepcopy=False)]
+    speedup = next((float(s) for s in speedups if isinstance(s, (int, float)) and s > 0), 1.0)
+    phase = len(ramp(cfg.benchmark.concurrency)) * cfg.benchmark.load_phase_segment
+    return cfg.benchmark.finalists * phase / speedup
+
+
 def validate(
-    cfg: Config, study: optuna.Study, remeasure: Remeasure, *, judge: str = "gp"
+    cfg: Config,
+    study: optuna.Study,
+    remeasure: Remeasure,
+    *,
+    judge: str = "gp",
+    under_changing_load: Remeasure | None = None,
 ) -> int | None:
-    """Re-measure the top feasible configs; record and return the declared best trial."""
+    """Re-measure the top feasible configs; record and return the declared best trial.
+
+    `under_changing_load` measures a config and then runs the changing-load phase: each
+    finalist's first round uses it, and the declared best is the most likely best of those
+    that held up (`_held_up`); the record says when that is not the fixed-level winner.
+    """
     top = _top(cfg, study, judge)
     if len(top) < 2:
         return None
@@ -99,11 +121,15 @@ def validate(
     verdicts: dict[int, Verdict] = {}
     log.info("validating finalists", trials=[t.number for t in top], most_rounds=cap)
     rounds = 0
+    phases: dict[int, dict[str, Any]] = {}
     for rounds in range(1, cap + 1):
         for t in contenders:
             config = t.user_attrs.get("config")
             log.info("finalist", round=f"{rounds}/{cap}", trial=t.number, config=st.trial_config(t))
-            result = remeasure(dict(config) if config else None)
+            measure = under_changing_load if rounds == 1 and under_changing_load else remeasure
+            result = measure(dict(config) if config else None)
+            if isinstance(result.attrs.get("load_phase"), dict):
+                phases[t.number] = result.attrs["load_phase"]
             if result.score.values[0] > 0 and _holds(result.score, result.attrs):
                 fresh[t.number].append(result.score.values[0])
             else:
@@ -127,6 +153,8 @@ def validate(
         if chance >= CONFIDENCE or len(contenders) < 2:
             break
     declared = max(verdicts, key=lambda n: (verdicts[n].mean, -n)) if verdicts else None
+    fixed_winner = declared
+    declared = _held_up(declared, verdicts, phases)
     summary = {
         str(t.number): {
             "first": round(float(t.value), 2),
@@ -140,6 +168,7 @@ def validate(
                 if t.number in verdicts and t.number not in failed
                 else {"failed": True}
             ),
+            **({"load_phase": phases[t.number]} if t.number in phases else {}),
         }
         for t in top
     }
@@ -152,6 +181,7 @@ def validate(
             "runs": sum(len(v) for v in fresh.values()) + len(failed),
             "judge": judge,
             "finalists": summary,
+            **({"fixed_level_winner": fixed_winner} if fixed_winner != declared else {}),
         },
     )
     if declared is not None:
@@ -164,6 +194,32 @@ def validate(
             rounds=rounds,
         )
     return declared
+
+
+def _held_up(
+    declared: int | None, verdicts: Mapping[int, Verdict], phases: Mapping[int, Mapping[str, Any]]
+) -> int | None:
+    """The fixed-level winner if it held up under changing load (or was not put through it);
+    else the most likely best finalist that did; else, with none held up, the winner still."""
+    if declared is None or phases.get(declared, {}).get("held_up", True):
+        return declared
+    problems = "; ".join(phases[declared].get("problems") or ())
+    held = [n for n in verdicts if phases.get(n, {}).get("held_up", True)]
+    if not held:
+        log.warning(
+            "no finalist held up under changing load: the fixed-level winner stays the best",
+            trial=declared,
+            problems=problems,
+        )
+        return declared
+    best = max(held, key=lambda n: (verdicts[n].mean, -n))
+    log.warning(
+        "the fixed-level winner did not hold up under changing load: declaring the best that did",
+        fixed_level_winner=declared,
+        problems=problems,
+        declared=best,
+    )
+    return best
 
 
 def _holds(score: objective.Score, attrs: Mapping[str, Any]) -> bool:

@@ -25,7 +25,7 @@ from autotune.run.checks import api_key, check_flags, check_unit
 from autotune.run.deployment import deploy_trial, deployer_for
 from autotune.run.locking import server_lock
 from autotune.run.stopping import StopRequest, TrialInterrupted
-from autotune.run.trial import TrialPipeline
+from autotune.run.trial import TrialPipeline, TrialResult
 from autotune.run.worker import POLL_S, Tally, Worker, confirm_crash
 from autotune.search import study as st
 from autotune.store import storage
@@ -174,7 +174,20 @@ def _finalists_once(
 def _validate_finalists(cfg: Config, study: optuna.Study, pipeline: TrialPipeline) -> None:
     try:
         remeasure = confirm_crash(pipeline.run)
-        finalists.validate(cfg, study, lambda params: remeasure(params, lambda _c: None))
+
+        def under_changing_load(params: dict[str, Any] | None) -> TrialResult:
+            pipeline.load_phase = True
+            try:
+                return remeasure(params, lambda _c: None)
+            finally:
+                pipeline.load_phase = False
+
+        finalists.validate(
+            cfg,
+            study,
+            lambda params: remeasure(params, lambda _c: None),
+            under_changing_load=under_changing_load if cfg.benchmark.load_phase else None,
+        )
     except TrialInterrupted:
         log.warning("finalist validation interrupted: the best stays the best single measurement")
     except DeployError as err:

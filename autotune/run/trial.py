@@ -26,6 +26,7 @@ from autotune.deploy.base import Deployer
 from autotune.engines.base import STUDY_FAILURES, Engine, Failure, ServerInfo
 from autotune.errors import DeployError, ServerFailed, StudyStopped
 from autotune.log import get
+from autotune.run.load_phase import measure_phase
 from autotune.run.rates import measure_rates, rate_attrs
 from autotune.run.stopping import StopRequest
 from autotune.search import objective
@@ -69,6 +70,9 @@ class TrialPipeline:
         self.api_key = api_key
         self.serving: tuple[str, dict[str, str | None]] | None = None
         """The unit text and companion files of the last deploy that got through."""
+        self.load_phase = False
+        """Run the changing-load phase after the levels (a finalist's first re-measurement,
+        an adaptive probe): `attrs["load_phase"]`."""
         self.workload = bench.load_workload(
             cfg.benchmark.workload, max_tokens=cfg.benchmark.max_tokens, seed=cfg.study.seed or 0
         )
@@ -181,6 +185,11 @@ class TrialPipeline:
             measured_levels, verdict = self._benchmark(info, plan or LevelPlan(levels), deck)
             if verdict is None and self.cfg.benchmark.request_rate:
                 rates = measure_rates(self, info, deck, self._check_alive)
+            if verdict is None and self.load_phase:
+                fixed = {c: r.output_throughput for c, r in measured_levels.items()}
+                phase = measure_phase(self, info, deck, fixed)
+                self._check_alive()
+                attrs["load_phase"] = phase.to_dict()
         except ServerFailed as failed:
             attrs.update(_failure_attrs(failed.kind, failed.reason))
             log.warning("server failed during benchmark", kind=failed.kind, reason=failed.reason)

@@ -167,7 +167,12 @@ class Worker:
         from autotune.search import estimate
 
         runs = finalists.expected_runs(self.cfg, self.study)
-        e = estimate.of(self.study, self.cfg.study.n_trials, finalist_runs=runs)
+        e = estimate.of(
+            self.study,
+            self.cfg.study.n_trials,
+            finalist_runs=runs,
+            extra_s=finalists.expected_phase_s(self.cfg, self.study),
+        )
         if e is None or (e.remaining == 0 and not runs):
             return
         fits = e.fits(self.deadline)

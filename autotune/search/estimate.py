@@ -44,9 +44,15 @@ class Estimate:
 
 
 def of(
-    study: optuna.Study, n_trials: int, *, finalist_runs: int = 0, now: float | None = None
+    study: optuna.Study,
+    n_trials: int,
+    *,
+    finalist_runs: int = 0,
+    extra_s: float = 0.0,
+    now: float | None = None,
 ) -> Estimate | None:
-    """None until a trial that deployed a server has finished."""
+    """None until a trial that deployed a server has finished. `extra_s`: seconds of work
+    to come that no trial's duration shows (the finalists' changing-load phases)."""
     now = time.time() if now is None else now
     trials = study.get_trials(deepcopy=False)
     took = [_seconds(t) for t in trials if _deployed(t)]
@@ -59,7 +65,7 @@ def of(
     running = [t for t in trials if t.state == TrialState.RUNNING]
     owners = {_owner(t) for t in running}
     workers = max(1, len(owners))
-    left = (remaining + finalist_runs) * per / workers
+    left = (remaining + finalist_runs) * per / workers + extra_s
     starts = [t.datetime_start.timestamp() for t in trials if t.datetime_start is not None]
     ends = [t.datetime_complete.timestamp() for t in trials if t.datetime_complete is not None]
     last = now if running else max(ends, default=now)

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from autotune.engines import sglang_facts as facts
 from autotune.sim import adaptive, logs, model
 from autotune.sim.profiles import Profile
 from autotune.sim.text import TextSource
@@ -177,6 +178,8 @@ class Engine:
         self.on_iteration: Callable[[], None] | None = None
         # Adaptive speculation: one controller per batch-size entry, tiers chosen per batch.
         self.slots: dict[int, adaptive.Slot] = {}
+        self.runtime_steps = self.spec.steps
+        """The steps the worker runs now (adaptive: the last batch's entry and tier)."""
         self._graph_sizes = adaptive.routing_sizes()
         self._cdfs: dict[tuple[int, bool], tuple[float, ...]] = {}
         self.loop_share = 0.0
@@ -254,6 +257,8 @@ class Engine:
                 n = len(self.running)
                 slot = self._slot(n)
                 spec = self.spec if slot is None else model.chain(slot.steps)
+                if slot is not None:
+                    self._apply_runtime_state(slot.steps)
                 dt = model.iteration_time(
                     self.profile, spec, n, self.kv_used, overlap=self.resolved.overlap
                 )
@@ -317,6 +322,15 @@ class Engine:
             self._emit(req, 1, now)
         self._drop_done()
 
+    def _apply_runtime_state(self, steps: int) -> None:
+        """As SGLang's worker applies the batch's state before it runs (eagle_worker_v2.py,
+        apply_runtime_state): a tier the controller chose, or another batch-size entry's
+        tier when the batch moved into its range. Either way the line is logged."""
+        if steps != self.runtime_steps:
+            was = self.runtime_steps
+            logs.sched(facts.TIER_SWITCH.text.format(was, steps, was + 1, steps + 1))
+            self.runtime_steps = steps
+
     def _slot(self, batch: int) -> adaptive.Slot | None:
         config = self.resolved.adaptive
         if config is None:
@@ -379,10 +393,6 @@ class Engine:
                 logs.sched(
                     f"Adaptive spec params updated: steps {before} -> {switched} "
                     f"(ema_accept_len={slot.ema:.2f})"
-                )
-                logs.sched(
-                    f"Switch adaptive runtime state: steps {before} -> {switched}, "
-                    f"draft_tokens {before + 1} -> {switched + 1}"
                 )
         if st.decode_iterations % LOG_INTERVAL == 0:
             self._log_decode(now, spec)

@@ -598,3 +598,23 @@ def test_adaptive_routing_pads_only_to_explicit_capture_sizes(newest: Wheel) -> 
     assert [cfg.entry_for(b, sim_adaptive.routing_sizes()).min_batch for b in (5, 7, 9, 31)] == [
         1, 1, 8, 8,
     ]  # fmt: skip
+
+
+def test_tier_switches_are_read_from_the_log(wheel: Wheel) -> None:
+    fact = facts.TIER_SWITCH
+    head = fact.text.split("{}")[0]
+    found = (
+        [s for s in wheel.strings(fact.file) if s.text.startswith(head)]
+        if wheel.has(fact.file)
+        else []
+    )
+    if not at_least(wheel, fact.since):
+        assert not found, f"{wheel}: {fact.file} logs tier switches before {fact.since}"
+        return
+    assert found, f"{wheel}: {fact.file} no longer logs {head!r}"
+    line = found[0].text.replace("{}", "5", 1).replace("{}", "3", 1)
+    line = line.replace("{}", "6", 1).replace("{}", "4", 1)
+    assert line == fact.text.format(5, 3, 6, 4), (found[0].where, line)
+    switches = ENGINE.tier_switches(f"[2026-12-02 10:00:07 TP0] {line}\nother line\n")
+    assert [(b, a) for _, b, a in switches] == [(5, 3)]
+    assert switches[0][0] is not None

@@ -77,6 +77,7 @@ def workers_config(
             "warmup_requests": 1,
             "finalists": finalists,
             "finalist_rounds": 1,
+            "load_phase_segment": 2,
         },
         "objective": {"constraints": {"min_running_requests": 4}},
     }
