@@ -56,7 +56,7 @@ def test_adaptive_space_study_export_and_report(tmp_path: Path) -> None:
     phase = lines[lines.index(next(x for x in lines if x.startswith("through the changing")))
                   + 1 :]  # fmt: skip
     labels = {x.split()[0] for x in phase}
-    assert labels == {"static", "sglang-default", "exported"}, proc.stdout
+    assert labels == {"declared", "sglang-default", "exported"}, proc.stdout
     for row in phase:
         assert "tok/s  per segment [" in row and ("held up" in row or "NOT HOLD UP" in row), row
     assert "c=1→16→1, 3.0 s each" in proc.stdout

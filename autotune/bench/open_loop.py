@@ -129,7 +129,10 @@ class RateResult:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["notes"] = list(self.notes)
-        return {k: round(v, 4) if isinstance(v, float) else v for k, v in out.items()}
+        # The rate stays exact: an objective names its rate and finds it by value.
+        return {
+            k: round(v, 4) if isinstance(v, float) and k != "rate" else v for k, v in out.items()
+        }
 
 
 async def run_rate(
@@ -221,11 +224,13 @@ class _OpenLoop:
     async def _send(self, rec: RequestRecord, prompt: Any) -> RequestRecord:
         try:
             await self.streamer.send(rec, prompt)
-            if rec.ok:
-                rec.finalize(rec.completion_tokens)
-            return rec
+        except Exception as exc:  # a broken request is a failed one, never a lost one
+            rec.error, rec.end = f"{type(exc).__name__}: {exc}", perf_counter()
         finally:
             self.in_flight -= 1
+        if rec.ok:
+            rec.finalize(rec.completion_tokens)
+        return rec
 
     async def _sample(self, t0: float) -> None:
         next_progress = t0 + PROGRESS_EVERY_S
@@ -256,8 +261,9 @@ class _OpenLoop:
         ok = [r for r in finished if r.ok]
         errors = len(finished) - len(ok)
         unfinished = cancelled + self.refused
-        last = max((r.end for r in finished), default=t0)
-        span = max(last - t0, 1e-9) * k
+        first = t0 + (self.offsets[0] if self.offsets else 0.0)
+        last = max((r.end for r in finished), default=first)
+        span = max(last - first, 1e-9) * k
         good = sum(1 for r in ok if s.slo.good(r, k))
         tokens = sum(r.output_tokens for r in ok)
         sent = len(self.records) + self.refused

@@ -77,6 +77,8 @@ class PhaseResult:
     segments: tuple[Segment, ...]
     requests: int
     errors: int
+    unfinished: int
+    """Still streaming when the drain ended (cancelled)."""
     stalls: int
     """Responses with a silence longer than STALL_S between two of their chunks."""
     longest_gap_s: float
@@ -167,6 +169,7 @@ class _Phase:
             self.stopping = True
             self._set(0)
             _, pending = await asyncio.wait(workers, timeout=self.s.drain_s / k)
+            self.drained_at = perf_counter()
             for task in pending:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
@@ -193,7 +196,10 @@ class _Phase:
             rec = RequestRecord(i, len(self.records), self.workload.max_tokens)
             self.records.append(rec)
             prompt, _ = self.deck.draw()
-            await self.streamer.send(rec, prompt)
+            try:
+                await self.streamer.send(rec, prompt)
+            except Exception as exc:  # a broken request is a failed one, not a lost worker
+                rec.error, rec.end = f"{type(exc).__name__}: {exc}", perf_counter()
             if rec.ok:
                 rec.finalize(rec.completion_tokens)
 
@@ -202,6 +208,9 @@ class _Phase:
         t0 = self.t0
         ended = [r for r in self.records if r.end]
         ok = [r for r in ended if r.ok]
+        # Still streaming when the drain ended: a stream that hangs never fails by itself.
+        open_ = [r for r in self.records if not r.end]
+        drained_at = getattr(self, "drained_at", perf_counter())
         span = len(s.levels) * s.segment_s  # server seconds
 
         def at(t: float) -> float:
@@ -209,13 +218,17 @@ class _Phase:
 
         chunks = sorted((at(t), n) for r in ok for t, n in zip(r.times, r.counts, strict=True))
         gaps = [(at(b) - at(a), at(b)) for r in ended for a, b in pairwise(r.times)]
-        # Per token: a chunk of n tokens after a gap g is n latencies of g / n (record.py).
-        itls = [
-            (at(b), (b - a) * k * 1000 / n)
-            for r in ok
-            for (a, b), n in zip(pairwise(r.times), r.counts[1:], strict=False)
-            if n > 0
-        ]
+        # Per token: a chunk of n tokens after a gap g is n latencies of g / n, chunks without
+        # tokens skipped (as RequestRecord.itl_samples), each placed at its chunk's arrival.
+        itls: list[tuple[float, float]] = []
+        for r in ok:
+            prev = None
+            for t, n in zip(r.times, r.counts, strict=True):
+                if n <= 0:
+                    continue
+                if prev is not None:
+                    itls.append((at(t), (t - prev) * k * 1000 / n))
+                prev = t
         width = s.segment_s / BINS_PER_SEGMENT
         bins = []
         for b in range(len(s.levels) * BINS_PER_SEGMENT):
@@ -256,6 +269,9 @@ class _Phase:
                 )
             )
         stalled = {r.seq for r in ended for a, b in pairwise(r.times) if (b - a) * k > s.stall_s}
+        # An open stream's silence runs from its last chunk (or its start) to the drain's end.
+        silent = [(drained_at - (r.times[-1] if r.times else r.start)) * k for r in open_]
+        stalled |= {r.seq for r, g in zip(open_, silent, strict=True) if g > s.stall_s}
         total = sum(n for t, n in chunks if t < span)
         return PhaseResult(
             levels=tuple(s.levels),
@@ -264,33 +280,42 @@ class _Phase:
             segments=tuple(segments),
             requests=len(ok),
             errors=len(ended) - len(ok),
+            unfinished=len(open_),
             stalls=len(stalled),
-            longest_gap_s=max((g for g, _ in gaps), default=0.0),
+            longest_gap_s=max([*(g for g, _ in gaps), *silent], default=0.0),
             output_throughput=total / span,
         )
 
 
 def judge(
-    phase: PhaseResult, fixed: dict[int, float], switches: tuple[TierSwitch, ...] = ()
+    phase: PhaseResult,
+    fixed: dict[int, float],
+    switches: tuple[TierSwitch, ...] = (),
+    *,
+    resolution_s: float = 0.0,
 ) -> PhaseResult:
     """The phase with the server's tier switches and its verdict: did the config hold up?
 
     `fixed` is the config's tok/s at each fixed level. It did not hold up when a stream
     stalled or failed, when its tier flapped at a steady load, or when a segment served
-    less than BROKE_BELOW of what the same load served at its fixed level.
+    less than BROKE_BELOW of what the same load served at its fixed level. A switch counts
+    as steady only `resolution_s` (how precisely it is timed) inside a segment's steady part.
     """
     problems: list[str] = []
     if phase.errors:
         problems.append(f"{phase.errors} requests failed during the phase")
+    if phase.unfinished:
+        problems.append(f"{phase.unfinished} streams had not finished when the drain ended")
     if phase.stalls:
         problems.append(
             f"{phase.stalls} streams stalled (longest silence {phase.longest_gap_s:.1f} s)"
         )
+    seg = phase.segment_s
     steady = [
         sw
         for sw in switches
-        if (sw.at_s % phase.segment_s) >= SETTLE_SHARE * phase.segment_s
-        and sw.at_s < len(phase.levels) * phase.segment_s
+        if SETTLE_SHARE * seg + resolution_s <= sw.at_s % seg <= seg - resolution_s
+        and sw.at_s < len(phase.levels) * seg
     ]
     minutes = len(phase.levels) * phase.segment_s * (1 - SETTLE_SHARE) / 60.0
     per_min = len(steady) / minutes if minutes > 0 else 0.0

@@ -26,9 +26,9 @@ def phases(
         phase = (finalist or {}).get("load_phase")
         if not phase or (str(best) != number and not every_finalist):
             continue
-        label = f"static best (trial {best})" if str(best) == number else f"finalist {number}"
+        label = f"declared best (trial {best})" if str(best) == number else f"finalist {number}"
         out[label] = phase
-    out = dict(sorted(out.items(), key=lambda kv: not kv[0].startswith("static best")))
+    out = dict(sorted(out.items(), key=lambda kv: not kv[0].startswith("declared best")))
     for label, probe in probes.items():
         if isinstance(probe, Mapping) and probe.get("load_phase"):
             out[label] = probe["load_phase"]

@@ -184,9 +184,10 @@ class Engine(Protocol):
         """Mean speculative acceptance length over the decode lines in `log_text`."""
 
     def tier_switches(self, log_text: str) -> list[tuple[float | None, int, int]]:
-        """(unix time or None, steps before, steps after) for each switch of speculation
-        depth the server logged (an adaptive controller's tiers); [] for an engine that
-        switches silently or never."""
+        """(seconds after the first time-stamped line of `log_text`, or None; steps before;
+        steps after) for each switch of speculation depth the server logged (an adaptive
+        controller's tiers); [] for an engine that switches silently or never. Relative to
+        the log's own clock: the server's host may keep another time zone or clock."""
 
     def classify_failure(self, log_text: str, exit_code: int | None) -> Failure:
         """Name the failure of a server that died or never became ready."""

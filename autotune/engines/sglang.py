@@ -9,6 +9,7 @@ batch.` → `Decode batch,`, `/get_server_info` → `/server_info`).
 
 from __future__ import annotations
 
+import calendar
 import re
 import time
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ _TIER_SWITCH = re.compile(
     + r"(?P<before>\d+) -> (?P<after>\d+)",
     re.MULTILINE,
 )
+_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)[^\]]*\]", re.MULTILINE)
 _DECODE = re.compile(r"Decode batch(?: \[\d+\])?[.,].*?accept len: (\d+(?:\.\d+)?)")
 # argparse's last words: `sglang serve: error: unrecognized arguments: --x 1` (0.5.10 on) or
 # `launch_server.py: error: ...` (the script's name, older builds).
@@ -310,17 +312,14 @@ class SGLangEngine:
 
     def tier_switches(self, log_text: str) -> list[tuple[float | None, int, int]]:
         """`Switch adaptive runtime state: steps X -> Y` lines (0.5.16 on), timed by their
-        `[YYYY-mm-dd HH:MM:SS …]` prefix (the host's local time, whole seconds)."""
+        `[YYYY-mm-dd HH:MM:SS …]` prefix (whole seconds) from the first stamped line."""
+        first = _STAMP.search(log_text)
+        origin = _stamp_seconds(first.group(1)) if first else None
         out: list[tuple[float | None, int, int]] = []
         for m in _TIER_SWITCH.finditer(log_text):
-            stamp = m.group("stamp")
-            at = None
-            if stamp:
-                try:
-                    at = time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
-                except ValueError:
-                    at = None
-            out.append((at, int(m.group("before")), int(m.group("after"))))
+            at = _stamp_seconds(m.group("stamp")) if m.group("stamp") else None
+            rel = None if at is None or origin is None else at - origin
+            out.append((rel, int(m.group("before")), int(m.group("after"))))
         return out
 
     def classify_failure(self, log_text: str, exit_code: int | None) -> Failure:
@@ -582,3 +581,11 @@ def _positive_float(value: Any) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
         return float(value)
     return None
+
+
+def _stamp_seconds(stamp: str) -> float | None:
+    """A log stamp as seconds (a naive time: only differences between stamps are used)."""
+    try:
+        return calendar.timegm(time.strptime(stamp, "%Y-%m-%d %H:%M:%S"))
+    except ValueError:
+        return None

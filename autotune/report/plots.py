@@ -176,7 +176,7 @@ def load_phase_plot(phases: Mapping[str, Mapping[str, Any]]) -> str | None:
     for i, (label, p) in enumerate(shown.items()):
         color = f"C{i}"
         bins = p["bins"]
-        width = seg / max(1, len(bins) // max(1, len(p["levels"])))
+        width = float(p["segment_s"]) / max(1, len(bins) // max(1, len(p["levels"])))
         xs = [float(b["t_s"]) + width / 2 for b in bins]
         top.plot(xs, [b["tok_s"] for b in bins], color=color, label=label, lw=1.6)
         ttft = [(x, b["ttft_ms_p50"]) for x, b in zip(xs, bins, strict=True) if b["ttft_ms_p50"]]

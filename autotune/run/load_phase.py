@@ -8,7 +8,6 @@ against the levels that deployment itself served (`autotune/bench/phase.py`).
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any
 
 from autotune import log as alog
@@ -39,7 +38,6 @@ def measure_phase(
         about_s=round(len(settings.levels) * settings.segment_s / info.time_scale),
     )
     log_from = len(p.deployer.logs())
-    started = time.time()
     phase = asyncio.run(
         run_phase(
             p.cfg.target.base_url,
@@ -52,13 +50,16 @@ def measure_phase(
             on_progress=_progress,
         )
     )
-    # Log stamps are whole seconds of wall time; the phase runs in the server's time.
+    # Times from the phase's first logged line (its first request) on the server's own clock;
+    # stamps are whole seconds of wall time, so each is taken mid-second and counted as steady
+    # only that far from a load change. The phase runs in the server's time.
+    k = info.time_scale
     switches = tuple(
-        TierSwitch(max(0.0, (at - started) * info.time_scale), before, after)
+        TierSwitch((at + 0.5) * k, before, after)
         for at, before, after in p.engine.tier_switches(p.deployer.logs()[log_from:])
         if at is not None
     )
-    judged = judge(phase, fixed, switches)
+    judged = judge(phase, fixed, switches, resolution_s=0.5 * k)
     log.info(
         "changing-load phase done",
         held_up=judged.held_up,

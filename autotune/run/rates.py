@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from autotune import log as alog
-from autotune.bench.arrivals import Trace, load_trace
+from autotune.bench.arrivals import Trace
 from autotune.bench.open_loop import RateResult, RateSettings, Slo, goodput_summary, run_rate
 from autotune.engines.base import ServerInfo
 from autotune.log import get
@@ -34,7 +34,7 @@ def measure_rates(
 ) -> list[RateResult]:
     """`check_alive` raises `ServerFailed` when the server died under a rate."""
     b, o = p.cfg.benchmark, p.cfg.objective
-    trace = None if b.arrivals == "poisson" else load_trace(b.arrivals)
+    trace = p.trace
     slo = Slo(o.slo.ttft_ms, o.slo.tpot_ms, o.slo.attainment)
     todo = list(b.request_rate)
     out: list[RateResult] = []

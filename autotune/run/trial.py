@@ -19,12 +19,13 @@ import httpx
 
 from autotune import bench
 from autotune import log as alog
+from autotune.bench.arrivals import Trace, TraceError, load_trace
 from autotune.bench.open_loop import RateResult
 from autotune.bench.pool import pool_levels
 from autotune.config import Config
 from autotune.deploy.base import Deployer
 from autotune.engines.base import STUDY_FAILURES, Engine, Failure, ServerInfo
-from autotune.errors import DeployError, ServerFailed, StudyStopped
+from autotune.errors import ConfigError, DeployError, ServerFailed, StudyStopped
 from autotune.log import get
 from autotune.run.load_phase import measure_phase
 from autotune.run.rates import measure_rates, rate_attrs
@@ -70,6 +71,9 @@ class TrialPipeline:
         self.api_key = api_key
         self.serving: tuple[str, dict[str, str | None]] | None = None
         """The unit text and companion files of the last deploy that got through."""
+        self.trace = _trace(cfg)
+        """The arrival times `benchmark.arrivals` names, read once: every trial replays the
+        same ones even if the file changes during the study."""
         self.load_phase = False
         """Run the changing-load phase after the levels (a finalist's first re-measurement,
         an adaptive probe): `attrs["load_phase"]`."""
@@ -620,6 +624,15 @@ def _flags_text(params: Params | None, cfg: Config) -> str:
 
 def _pm(share: float | None) -> str:
     return "±?" if share is None else f"±{share:.1%}"
+
+
+def _trace(cfg: Config) -> Trace | None:
+    if not cfg.benchmark.request_rate or cfg.benchmark.arrivals == "poisson":
+        return None
+    try:
+        return load_trace(cfg.benchmark.arrivals)
+    except TraceError as exc:  # checked with the config; changed or gone since
+        raise ConfigError(cfg.source, "benchmark.arrivals", str(exc)) from None
 
 
 def _tail(text: str, n: int = 15) -> str:

@@ -76,7 +76,7 @@ def score(
         assert cfg.level is not None
         values = [throughput[cfg.level]]
     elif cfg.mode == "goodput":
-        at = [float(r["goodput"]) for r in rates if float(r["rate"]) == cfg.rate]
+        at = [float(r["goodput"]) for r in rates if math.isclose(float(r["rate"]), cfg.rate or 0)]
         values = [at[0] if at else 0.0]
     elif cfg.mode == "max_rate":
         values = [highest_meeting(rates)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 from autotune.bench import LevelSettings, load_workload, run_level
@@ -36,14 +35,13 @@ def _phase(sim: SimProc, fixed: dict[int, float]) -> PhaseResult:
     workload = load_workload("natural", max_tokens=96, seed=4)
     settings = PhaseSettings(levels=ramp((1, 4)), segment_s=8.0, time_scale=4.0)
     logged = len(sim.log)
-    started = time.time()
     phase = asyncio.run(run_phase(sim.url, None, workload, settings, endpoint="generate"))
     switches = tuple(
-        TierSwitch(max(0.0, (at - started) * 4.0), before, after)
+        TierSwitch((at + 0.5) * 4.0, before, after)
         for at, before, after in SGLangEngine().tier_switches(sim.log[logged:])
         if at is not None
     )
-    return judge(phase, fixed, switches)
+    return judge(phase, fixed, switches, resolution_s=2.0)
 
 
 def _fixed(sim: SimProc) -> dict[int, float]:
@@ -100,6 +98,7 @@ def _made(segments: list[tuple[int, float]], **kw: object) -> PhaseResult:
         ),
         requests=50,
         errors=int(kw.get("errors", 0)),  # type: ignore[call-overload]
+        unfinished=0,
         stalls=int(kw.get("stalls", 0)),  # type: ignore[call-overload]
         longest_gap_s=float(kw.get("gap", 0.1)),  # type: ignore[arg-type]
         output_throughput=100.0,
