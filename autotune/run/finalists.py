@@ -377,5 +377,16 @@ def _upper(t: optuna.trial.FrozenTrial) -> float:
 
 def validation_of(study: optuna.Study, number: int) -> dict[str, Any] | None:
     """The finalist measurements of trial `number` (finished trials cannot take new attrs)."""
-    found = (study.user_attrs.get(FINALISTS) or {}).get("finalists") or {}
-    return found.get(str(number))
+    found = ((study.user_attrs.get(FINALISTS) or {}).get("finalists") or {}).get(str(number))
+    if not isinstance(found, dict) or not isinstance(found.get("load_phase"), dict):
+        return found
+    # Its verdict: the timeline (a few hundred numbers) is the report's to draw.
+    phase = found["load_phase"]
+    verdict = {
+        "held_up": phase.get("held_up"),
+        "tok_s": phase.get("output_throughput"),
+        "tier_switches": len(phase.get("switches") or ()),
+        "stalls": phase.get("stalls"),
+        **({"problems": phase["problems"]} if phase.get("problems") else {}),
+    }
+    return {**found, "load_phase": verdict}
