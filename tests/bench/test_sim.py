@@ -95,8 +95,9 @@ def sim_tokens(stats: dict[str, Any], start: float, end: float) -> float:
 
 #: The client's window figure against the simulator's own count over the same window.
 #: Before window edges moved to the end of their delivery burst, it read 0.6-1.8 % low at
-#: 64 streams on 3-s windows; after, within 0.05 % (docs/benchmark.md).
-AGREEMENT = 0.005
+#: 64 streams on 3-s windows; after, within 0.05 % typically and 0.27 % at worst (docs/
+#: benchmark.md). The margin is for a loaded CI machine; the old edges fail 3 of these 7.
+AGREEMENT = 0.0075
 
 
 @pytest.mark.slow
