@@ -64,7 +64,7 @@ def test_a_static_config_holds_up_and_serves_each_load_as_its_fixed_level(
     assert [s.concurrency for s in phase.segments] == [1, 4, 1]
     assert phase.errors == 0 and phase.stalls == 0 and phase.switches == ()
     up = phase.segments[1].output_throughput
-    assert 0.85 * fixed[4] < up < 1.15 * fixed[4], (up, fixed)
+    assert 0.8 * fixed[4] < up < 1.2 * fixed[4], (up, fixed)
     # The timeline follows the load: busier bins at c=4 than at c=1.
     bins = {b["concurrency"]: b["tok_s"] for b in phase.bins[2:8]}
     assert phase.bins[15]["tok_s"] > 2 * phase.bins[5]["tok_s"], bins
