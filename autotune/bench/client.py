@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import ssl
+from collections.abc import AsyncIterator
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -15,12 +17,16 @@ from autotune.bench.protocol import (
     ENDPOINTS,
     ChunkReader,
     StreamError,
+    check_endpoint,
     chunk_reader,
     request_body,
 )
 from autotune.bench.record import RequestRecord
 from autotune.bench.sse import SSEDecoder
 from autotune.bench.transport import StreamingTransport
+
+if TYPE_CHECKING:
+    from autotune.bench.workload import Workload
 
 
 @functools.cache
@@ -56,6 +62,48 @@ def make_client(
         # from the environment.
         trust_env=False,
     )
+
+
+@contextlib.asynccontextmanager
+async def open_streamer(
+    base_url: str,
+    connections: int,
+    workload: Workload,
+    *,
+    endpoint: str,
+    model: str | None,
+    api_key: str | None,
+    timeout_s: float,
+) -> AsyncIterator[Streamer]:
+    """A client of at most `connections` streams and a `Streamer` of `workload` on it.
+
+    `model` None asks `/v1/models` (and sends no model if that fails; `generate` needs none).
+    """
+    check_endpoint(endpoint)
+    async with make_client(base_url, connections, api_key=api_key, timeout_s=timeout_s) as client:
+        if model is None and endpoint != "generate":
+            model = await discover_model(client)
+        yield Streamer(
+            client,
+            endpoint,
+            model=model,
+            temperature=workload.temperature,
+            ignore_eos=workload.ignore_eos,
+            timeout_s=timeout_s,
+        )
+
+
+async def discover_model(client: httpx.AsyncClient) -> str | None:
+    """The first model the server lists, or None (then requests carry no model)."""
+    try:
+        resp = await client.get("/v1/models", timeout=10.0)
+        data = resp.json().get("data") if resp.status_code == 200 else None
+        if isinstance(data, list) and data and isinstance(data[0], dict):
+            ident = data[0].get("id")
+            return ident if isinstance(ident, str) else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        pass
+    return None
 
 
 class Streamer:

@@ -21,12 +21,11 @@ from typing import Any
 
 from autotune import log
 from autotune.bench.arrivals import Trace, arrival_times
-from autotune.bench.client import Streamer, make_client
+from autotune.bench.client import Streamer, open_streamer
 from autotune.bench.deck import PromptDeck
 from autotune.bench.degenerate import is_degenerate
-from autotune.bench.protocol import check_endpoint
 from autotune.bench.record import RequestRecord
-from autotune.bench.runner import ProgressFn, discover_model
+from autotune.bench.runner import ProgressFn
 from autotune.bench.stats import percentiles
 from autotune.bench.workload import Workload
 
@@ -148,23 +147,19 @@ async def run_rate(
 ) -> RateResult:
     """Send the workload's requests at `settings.rate`/s for `settings.duration_s` and wait
     for them (at most `drain_s`). Never raises for failed requests: they are counted."""
-    check_endpoint(endpoint)
     s = settings
     k = s.time_scale
     offsets = [t / k for t in arrival_times(s.rate, s.duration_s, seed=s.seed, trace=s.trace)]
     deck = deck if deck is not None else PromptDeck(workload.prompts)
-    timeout = s.request_timeout_s / k
-    async with make_client(base_url, s.max_in_flight, api_key=api_key, timeout_s=timeout) as client:
-        if model is None and endpoint != "generate":
-            model = await discover_model(client)
-        streamer = Streamer(
-            client,
-            endpoint,
-            model=model,
-            temperature=workload.temperature,
-            ignore_eos=workload.ignore_eos,
-            timeout_s=timeout,
-        )
+    async with open_streamer(
+        base_url,
+        s.max_in_flight,
+        workload,
+        endpoint=endpoint,
+        model=model,
+        api_key=api_key,
+        timeout_s=s.request_timeout_s / k,
+    ) as streamer:
         level = _OpenLoop(streamer, workload, s, deck, offsets, on_progress)
         return await level.run()
 

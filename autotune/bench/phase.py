@@ -21,11 +21,10 @@ from itertools import pairwise
 from time import perf_counter
 from typing import Any
 
-from autotune.bench.client import Streamer, make_client
+from autotune.bench.client import Streamer, open_streamer
 from autotune.bench.deck import PromptDeck
-from autotune.bench.protocol import check_endpoint
 from autotune.bench.record import RequestRecord
-from autotune.bench.runner import ProgressFn, discover_model
+from autotune.bench.runner import ProgressFn
 from autotune.bench.stats import percentiles
 from autotune.bench.workload import Workload
 
@@ -117,23 +116,16 @@ async def run_phase(
     deck: PromptDeck | None = None,
     on_progress: ProgressFn | None = None,
 ) -> PhaseResult:
-    check_endpoint(endpoint)
-    k = settings.time_scale
-    top = max(settings.levels)
     deck = deck if deck is not None else PromptDeck(workload.prompts)
-    async with make_client(
-        base_url, top, api_key=api_key, timeout_s=settings.request_timeout_s / k
-    ) as client:
-        if model is None and endpoint != "generate":
-            model = await discover_model(client)
-        streamer = Streamer(
-            client,
-            endpoint,
-            model=model,
-            temperature=workload.temperature,
-            ignore_eos=workload.ignore_eos,
-            timeout_s=settings.request_timeout_s / k,
-        )
+    async with open_streamer(
+        base_url,
+        max(settings.levels),
+        workload,
+        endpoint=endpoint,
+        model=model,
+        api_key=api_key,
+        timeout_s=settings.request_timeout_s / settings.time_scale,
+    ) as streamer:
         return await _Phase(streamer, workload, settings, deck, on_progress).run()
 
 

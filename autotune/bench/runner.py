@@ -22,14 +22,12 @@ from collections.abc import Callable, Iterable
 from time import perf_counter
 from typing import Any
 
-import httpx
-
 from autotune import log
-from autotune.bench.client import Streamer, make_client
+from autotune.bench.client import Streamer, open_streamer
 from autotune.bench.deck import PromptDeck
 from autotune.bench.degenerate import is_degenerate
 from autotune.bench.intervals import Samples
-from autotune.bench.protocol import ENDPOINTS, Prompt, check_endpoint
+from autotune.bench.protocol import ENDPOINTS, Prompt
 from autotune.bench.record import RequestRecord, estimate_tokens
 from autotune.bench.result import WINDOW_DESCRIPTION, LevelResult, LevelSettings
 from autotune.bench.stats import batch_means_ci, percentiles
@@ -93,35 +91,17 @@ async def run_level(
     Raises `LevelFailed` when the server cannot be measured or more than
     `settings.max_error_share` of the measured requests fail.
     """
-    check_endpoint(endpoint)
-    async with make_client(
-        base_url, settings.concurrency, api_key=api_key, timeout_s=settings.request_timeout_s
-    ) as client:
-        if model is None and endpoint != "generate":
-            model = await discover_model(client)
-        streamer = Streamer(
-            client,
-            endpoint,
-            model=model,
-            temperature=workload.temperature,
-            ignore_eos=workload.ignore_eos,
-            timeout_s=settings.request_timeout_s,
-        )
+    async with open_streamer(
+        base_url,
+        settings.concurrency,
+        workload,
+        endpoint=endpoint,
+        model=model,
+        api_key=api_key,
+        timeout_s=settings.request_timeout_s,
+    ) as streamer:
         deck = deck if deck is not None else PromptDeck(workload.prompts)
         return await _Level(streamer, workload, settings, deck, on_progress, give_up).run()
-
-
-async def discover_model(client: httpx.AsyncClient) -> str | None:
-    """The first model the server lists, or None (then requests carry no model)."""
-    try:
-        resp = await client.get("/v1/models", timeout=10.0)
-        data = resp.json().get("data") if resp.status_code == 200 else None
-        if isinstance(data, list) and data and isinstance(data[0], dict):
-            ident = data[0].get("id")
-            return ident if isinstance(ident, str) else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        pass
-    return None
 
 
 class _Level:
