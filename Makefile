@@ -13,9 +13,9 @@ PYTEST_WORKERS ?= 2
 	llamacpp llamacpp-install sglang-wheels vllm-install vllm-wheels vllm clean-demo clean
 
 run: $(STAMP)
-	$(BIN)/autotune start
-	$(BIN)/autotune status
-	$(BIN)/autotune best
+	$(BIN)/autotune start --demo
+	$(BIN)/autotune status --demo
+	$(BIN)/autotune best --demo
 
 test: $(TEST_STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile

@@ -88,8 +88,13 @@ def _parser() -> argparse.ArgumentParser:
     ) -> argparse.ArgumentParser:
         sp = sub.add_parser(name, help=help_, description=help_)
         sp.set_defaults(func=func)
-        sp.add_argument(
-            "--config", "-c", help="config file (default: ./autotune.yaml, else the demo)"
+        which = sp.add_mutually_exclusive_group()
+        which.add_argument("--config", "-c", help="config file (default: ./autotune.yaml)")
+        which.add_argument(
+            "--demo",
+            action="store_true",
+            help="the built-in demo: a simulated SGLang server on this machine, its study in "
+            "./autotune.db",
         )
         if study_args:
             sp.add_argument("--storage", help="override study.storage (a database URL)")
@@ -150,6 +155,19 @@ def _parser() -> argparse.ArgumentParser:
         "check config, search space, unit file and host; change nothing",
         worker_arg=True,
     )
+    forget = add(
+        "forget",
+        _forget,
+        "take back trials recorded wrongly (a host's failure, say): FAIL, their configs "
+        "queued again",
+    )
+    forget.add_argument("trials", nargs="*", type=int, metavar="TRIAL", help="trial numbers")
+    forget.add_argument("--kind", help="every finished trial whose failure is KIND")
+    forget.add_argument(
+        "--failed-since",
+        metavar="TIME",
+        help="every finished trial that failed at or after TIME (HH:MM today, or ISO date-time)",
+    )
     apply = add(
         "apply",
         _apply,
@@ -188,7 +206,7 @@ def _parser() -> argparse.ArgumentParser:
 def _load(args: argparse.Namespace) -> Any:
     from autotune.config import load_config
 
-    cfg = load_config(args.config)
+    cfg = load_config(args.config, demo=getattr(args, "demo", False))
     study = cfg.study
     if getattr(args, "storage", None):
         from pathlib import Path
@@ -303,6 +321,9 @@ def _status(args: argparse.Namespace) -> int:
         )
         config = " ".join(f"{k.removeprefix('speculative_')}={v}" for k, v in r["config"].items())
         extra = f"  [{r['reason']}]" if r["reason"] else ""
+        if r["forgotten"]:
+            was = r["forgotten"].get("was")
+            extra = f"  [forgotten: was {was}" + (f", {r['reason']}]" if r["reason"] else "]")
         extra += f"  (= trial {r['reused_from']})" if r["reused_from"] is not None else ""
         extra += "  baseline" if r["baseline"] else ""
         if r["uncertain_levels"]:
@@ -337,9 +358,11 @@ def _row(study: Any, t: Any) -> dict[str, Any]:
     from autotune.search import study as st
 
     values = t.values
+    gone = st.forgotten(t)
     return {
         "number": t.number,
-        "state": t.state.name,
+        "state": "FORGOTTEN" if gone else t.state.name,
+        "forgotten": gone,
         "params": dict(t.params),
         "config": st.trial_config(t),
         "value": None if values is None else (values[0] if len(values) == 1 else list(values)),
@@ -358,6 +381,23 @@ def _row(study: Any, t: Any) -> dict[str, Any]:
         # What the worker's status line showed last (written every few seconds).
         "progress": t.user_attrs.get("progress") if t.state.name == "RUNNING" else None,
     }
+
+
+def _forget(args: argparse.Namespace) -> int:
+    from autotune.commands import forget
+
+    cfg = _load(args)
+    if not args.trials and args.kind is None and args.failed_since is None:
+        raise AutotuneError("forget: name trials, or give --kind KIND or --failed-since TIME")
+    done = forget.forget(cfg, args.trials, kind=args.kind, failed_since=args.failed_since)
+    if not done:
+        print("nothing to forget: no finished trial matches")
+        return 0
+    print(
+        f"forgotten: trial{'s' if len(done) > 1 else ''} {', '.join(map(str, done))} "
+        "(FAIL now, configs queued again): autotune start measures them anew"
+    )
+    return 0
 
 
 def _best(args: argparse.Namespace) -> int:

@@ -281,17 +281,25 @@ def _show(v: Any) -> str:
 
 
 # -- loading ------------------------------------------------------------------
-def load_config(path: str | Path | None = None) -> Config:
-    """Load `path`, or ./autotune.yaml, or the built-in demo (whose study lives in the
-    working directory: the demo's own folder may not be writable)."""
+def load_config(path: str | Path | None = None, *, demo: bool = False) -> Config:
+    """Load `path`, or ./autotune.yaml, or with `demo` the built-in demo (whose study lives
+    in the working directory: the demo's own folder may not be writable).
+
+    Never the demo by default: an operator who forgot to `cd ~/tuning` would have it start a
+    simulated server on the real SGLang's port and call that a study."""
     storage_dir: Path | None = None
-    if path is None:
-        local = Path("autotune.yaml")
-        if local.exists():
-            path = local
-        else:
-            path = resources.demo_config()
-            storage_dir = Path.cwd()
+    if demo:
+        path = resources.demo_config()
+        storage_dir = Path.cwd()
+    elif path is None:
+        path = Path("autotune.yaml")
+        if not path.exists():
+            raise ConfigError(
+                None,
+                None,
+                f"no autotune.yaml in {Path.cwd()}: give --config FILE, write one with "
+                "autotune init, or try the built-in demo with --demo",
+            )
     path = Path(path)
     try:
         text = path.read_text()

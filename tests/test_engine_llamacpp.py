@@ -26,7 +26,7 @@ def log(name: str) -> str:
         ("unknown-flag.log", "unsupported_flag", "does not accept --no-such-flag"),
         ("removed-flag.log", "unsupported_flag", "no longer accepts --draft-max"),
         ("bad-value.log", "refused", "--spec-ngram-mod-n-match: ngram size N must be between 1"),
-        ("missing-model.log", "model_load", "/nonexistent/model.gguf cannot be opened"),
+        ("missing-model.log", "model_missing", "/nonexistent/model.gguf cannot be opened"),
         ("not-gguf.log", "model_load", "not a GGUF file"),
         ("synth-refused.log", "refused", "synthetic acceptance length must be finite"),
         ("synth-none.log", "refused", "requires an initialized speculative decoding context"),

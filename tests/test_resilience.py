@@ -181,13 +181,17 @@ def test_simulator_faults_become_the_right_failure(
     data["target"]["ready_timeout"] = 8
     config.write_text(yaml.safe_dump(data))
     proc = autotune("start", "--config", str(config), cwd=tmp_path, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     (trial,) = status(config)["trials"]
-    assert trial["state"] == "COMPLETE"  # a config fault is a result, never a lost trial
-    assert trial["feasible"] is feasible
-    assert trial["failure"] == kind
-    if not feasible:
-        assert trial["reason"]
+    if feasible:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert trial["state"] == "COMPLETE" and trial["feasible"] is True
+        return
+    # The fault is in the unit as it is (trial 0): no other config is worth deploying until
+    # it serves; the study stops with its reason, and nothing is recorded as infeasible.
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "does not start as it is: " + str(kind) in proc.stderr.strip().splitlines()[-1]
+    assert trial["state"] == "FAIL" and trial["failure"] == "unit_does_not_serve"
+    assert str(trial["reason"]).startswith(f"{kind}: ")
 
 
 def _trial_attrs(config: Path) -> dict[str, Any]:
@@ -211,18 +215,22 @@ def test_a_crash_under_load_is_confirmed_by_one_redeploy(
     flags = f"--sim-load-time 0.2 --sim-fault {fault.format(marker=marker)}"
     config = study_dir(tmp_path, n_trials=1, sim_flags=flags)
     proc = autotune("start", "--config", str(config), cwd=tmp_path, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
     assert "deploying it once more" in proc.stderr
     (trial,) = status(config)["trials"]
-    assert trial["state"] == "COMPLETE"
-    assert trial["feasible"] is not confirmed
-    attrs = _trial_attrs(config)
-    assert attrs["crash_confirmed"] is confirmed
-    assert attrs["first_attempt"]["failure"] == "crash_during_benchmark"
-    assert attrs["first_attempt"]["reason"]
     if confirmed:
-        assert trial["failure"] == "crash_during_benchmark"
+        # The unit as it is crashes under load every time: the study stops on trial 0.
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert "your unit as it is does not serve the benchmark: crash_during_benchmark" in (
+            proc.stderr
+        )
+        assert trial["state"] == "FAIL" and trial["failure"] == "unit_does_not_serve"
     else:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert trial["state"] == "COMPLETE" and trial["feasible"] is True
+        attrs = _trial_attrs(config)
+        assert attrs["crash_confirmed"] is False
+        assert attrs["first_attempt"]["failure"] == "crash_during_benchmark"
+        assert attrs["first_attempt"]["reason"]
         assert trial["failure"] is None and marker.exists()
         assert trial["value"] > 0
     # Both attempts' server logs are kept with the trial.

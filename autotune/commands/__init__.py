@@ -4,6 +4,7 @@
     validate.validate(cfg)                               # `autotune validate`: checks, no deploy
     export_adaptive.export(cfg, ...)                     # `autotune export-adaptive`
     dashboard.serve(cfg, ...)                            # `autotune dashboard`
+    forget.forget(cfg, [3, 4], kind=None, failed_since=None)  # `autotune forget`
 
 `autotune/cli.py` parses arguments and calls these; they call `run/`, `search/`, `store/`.
 """

@@ -35,6 +35,12 @@ class Deployer(Protocol):
     def is_running(self) -> bool:
         """True while the service's main process is alive (not whether it is ready)."""
 
+    def answering(self) -> str | None:
+        """None when the process listening on the server's port is the service this deployer
+        started (or the host cannot tell); else who it is, in a few words ("pid 4242
+        (python3 -m sglang.launch_server …)"): a stale server or a second instance answers
+        in its place, and measuring it would blame the config for another server."""
+
     def exit_status(self) -> int | None:
         """Exit code of the service's last start if it has ended, else None.
 

@@ -26,18 +26,25 @@ class Target(Protocol):
 
 
 def make_deployer(
-    target: Target, *, companions: Sequence[str], log_dir: Path, source: str | None
+    target: Target,
+    *,
+    companions: Sequence[str],
+    log_dir: Path,
+    source: str | None,
+    port: int | None = None,
 ) -> Deployer:
     """A deployer for `target`; `companions` are the host paths of the space's companion
     files, `log_dir` a local process's logs and pidfile, `source` the config file errors
-    name."""
+    name, `port` the one the server listens on (its identity is checked by who holds it)."""
     t = target
     if t.deploy == "local-process":
         from autotune.deploy.local_process import LocalProcessDeployer
 
         # Logs and the pidfile persist beside the study, so a server left by a killed
         # worker is found and stopped by the next start.
-        return LocalProcessDeployer(t.unit_file, log_dir=log_dir, companion_files=companions)
+        return LocalProcessDeployer(
+            t.unit_file, log_dir=log_dir, companion_files=companions, port=port
+        )
     from autotune.deploy import settings
 
     sd = settings.systemd_settings(t.unit, str(t.unit_file), t.systemd, source, companions)
@@ -45,7 +52,10 @@ def make_deployer(
     if t.deploy == "ssh":
         from autotune.deploy.ssh import ssh_deployer
 
-        return ssh_deployer(settings.ssh_settings(t.ssh, source), sd, gw)
-    from autotune.deploy.local_systemd import local_systemd_deployer
+        unit = ssh_deployer(settings.ssh_settings(t.ssh, source), sd, gw)
+    else:
+        from autotune.deploy.local_systemd import local_systemd_deployer
 
-    return local_systemd_deployer(sd, gw)
+        unit = local_systemd_deployer(sd, gw)
+    unit.port = port
+    return unit

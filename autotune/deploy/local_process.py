@@ -34,9 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from autotune.deploy import ports
 from autotune.deploy.hostfiles import HostFiles
 from autotune.deploy.runner import LocalRunner
-from autotune.errors import ConfigError, DeployError
+from autotune.errors import ConfigError, DeployError, HostFailed
 from autotune.log import get
 from autotune.unit.unitfile import (
     ExecStart,
@@ -82,8 +83,12 @@ class LocalProcessDeployer:
         stop_timeout: float | None = None,
         keep_running: bool = False,
         companion_files: Sequence[str] = (),
+        port: int | None = None,
     ) -> None:
         self.unit_path = Path(unit_path)
+        self.port = port
+        """The TCP port the server listens on (target.base_url's): checked free before each
+        start, and held by this child once it answers."""
         self.companion_files = tuple(companion_files)
         # The same host-side scripts as over SSH, run here: one backup discipline.
         self._files = HostFiles(LocalRunner(), sudo=False)
@@ -144,6 +149,7 @@ class LocalProcessDeployer:
                 self._files.remove(path)
             else:
                 self._files.write_atomic(path, text.encode("utf-8"))
+        self._check_port_free()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._write_working_copy(unit_text)
         self._starts += 1
@@ -177,6 +183,32 @@ class LocalProcessDeployer:
 
     def is_running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    def answering(self) -> str | None:
+        """Who listens on the server's port when it is not this child's process group (a
+        server autotune did not start answers there); None when it is ours or cannot be
+        told."""
+        if self.port is None or self._proc is None:
+            return None
+        found = ports.holders(self.port)
+        if not found:
+            return None
+        if any(h.pid is not None and ports.in_group(h.pid, self._proc.pid) for h in found):
+            return None
+        return found[0].describe()
+
+    def _check_port_free(self) -> None:
+        """Before a start: a port another process holds would have the server fail to bind
+        while that process answers autotune's requests in its place."""
+        if self.port is None:
+            return
+        found = ports.holders(self.port)
+        if found:
+            raise HostFailed(
+                "port_in_use",
+                f"port {self.port} is held by {found[0].describe()}, not by a server autotune "
+                "started",
+            )
 
     def exit_status(self) -> int | None:
         """Exit code of the ended main process; death by signal N reads 128 + N, as in a shell."""

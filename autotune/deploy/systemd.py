@@ -108,6 +108,34 @@ class SystemdSettings:
         return self.backup_file or f"{self.resolved_unit_file}.autotune-orig"
 
 
+#: On the host, with the port and the unit's MainPID: `ours` when a process listening on the
+#: port is MainPID or descends from it, `other pid N (command)` when none does, `none` or
+#: `unknown` when nothing listens or the listener's owner cannot be read (another user's fds
+#: need root). Reads the kernel's tables as `ss -ltnp` does: LISTEN sockets (st 0A) in
+#: /proc/net/tcp{,6}, their inodes among /proc/PID/fd links, parents from /proc/PID/stat.
+_LISTENER = r"""
+port=$(printf '%04X' "$1"); main=$2; other=
+inodes=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+  while read -r _ local _ st _ _ _ _ _ inode _; do
+    [ "$st" = 0A ] && [ "${local##*:}" = "$port" ] && echo "$inode"
+  done)
+[ -n "$inodes" ] || { echo none; exit 0; }
+for inode in $inodes; do
+  pids=$(find /proc/[0-9]*/fd -lname "socket:\[$inode\]" 2>/dev/null | cut -d/ -f3 | sort -u)
+  for p in $pids; do
+    q=$p; n=0
+    while [ "$q" -gt 1 ] && [ "$n" -lt 64 ]; do
+      [ "$q" = "$main" ] && { echo ours; exit 0; }
+      q=$(sed 's/.*) //' "/proc/$q/stat" 2>/dev/null | cut -d' ' -f2); [ -n "$q" ] || break
+      n=$((n + 1))
+    done
+    other="pid $p ($(tr '\0\n' '  ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-120))"
+  done
+done
+[ -n "$other" ] && echo "other $other" || echo unknown
+"""
+
+
 @dataclass(frozen=True)
 class UnitState:
     """What `systemctl show` says about the unit now."""
@@ -197,6 +225,9 @@ class SystemdDeployer:
         )
         self._start: _Start | None = None
         self._backed_up = False
+        self.port: int | None = None
+        """The TCP port the server listens on: whoever holds it once it answers must be the
+        unit's main process or one of its children."""
         self._log = log.get(__name__).bind(unit=settings.unit, target=runner.description)
 
     # -- commands -------------------------------------------------------------
@@ -366,6 +397,21 @@ class SystemdDeployer:
     def is_running(self) -> bool:
         state = self.state()
         return self._ours(state) and state.process_alive
+
+    def answering(self) -> str | None:
+        """Who listens on the server's port when it is not the unit's main process or one of
+        its children (a server left running outside the unit, or a second instance); None when
+        it is the unit's, or the host does not let this user tell."""
+        if self.port is None:
+            return None
+        main = self.state().main_pid
+        if not main:
+            return None
+        found = self._runner.run([SH, "-c", _LISTENER, "sh", str(self.port), str(main)])
+        words = found.out.strip()
+        if not found.ok or not words.startswith("other "):
+            return None  # ours, nobody (a proxy in front), or not readable here
+        return words.removeprefix("other ")
 
     def exit_status(self) -> int | None:
         state = self.state()

@@ -16,9 +16,11 @@ from collections.abc import Callable
 
 from autotune.engines._http import get_json
 from autotune.engines.base import STUDY_FAILURES, Counters, Engine, Failure, ServerInfo
+from autotune.engines.host import HOST_FAILURES, host_failure
 from autotune.errors import AutotuneError, ConfigError
 
 __all__ = [
+    "HOST_FAILURES",
     "STUDY_FAILURES",
     "Counters",
     "Engine",
@@ -28,6 +30,7 @@ __all__ = [
     "engine_names",
     "get_engine",
     "get_json",
+    "host_failure",
     "register",
 ]
 

@@ -36,6 +36,7 @@ class ServerInfo:
 
 #: Failure kinds that are the installed server's or the unit's fault, never the trial's
 #: config: the study stops with one line instead of recording every trial as infeasible.
+#: The host's own failures (a program missing, no GPU, the port taken) are `host.HOST_FAILURES`.
 STUDY_FAILURES = ("unsupported_flag", "malformed_flag", "model_load")
 
 
@@ -45,10 +46,12 @@ class Failure:
 
     kind: str
     """One of: refused, out_of_memory, crash_on_start, not_ready, crash_during_benchmark,
-    context_too_small (requests do not fit the server's context), port_in_use, and the
-    STUDY_FAILURES: unsupported_flag (this build does not have the flag, or the field of a
-    JSON flag), malformed_flag (a value not in the form the build parses, such as text that is
-    not JSON for a JSON flag), model_load."""
+    context_too_small (requests do not fit the server's context); the STUDY_FAILURES:
+    unsupported_flag (this build does not have the flag, or the field of a JSON flag),
+    malformed_flag (a value not in the form the build parses, such as text that is not JSON
+    for a JSON flag), model_load (this build cannot run the unit's model); and the host's
+    (`engines/host.py`): program_missing, module_missing, no_gpu, model_missing, disk_full,
+    permission_denied, port_in_use, not_ours (another server answers on the port)."""
     reason: str
     flag: str | None = None
     """The launch flag the server named, when it named one."""

@@ -37,6 +37,7 @@ import httpx
 from autotune.engines._http import get_json, open_client
 from autotune.engines._text import clip, describe_exit, opt_int, per_position, prometheus
 from autotune.engines.base import Counters, Failure, ServerInfo
+from autotune.engines.host import host_failure
 from autotune.errors import ServerFailed
 
 __all__ = ["LlamaCppEngine", "parse_metrics", "spec_types"]
@@ -72,6 +73,7 @@ _NO_MEMORY = re.compile(
     re.IGNORECASE,
 )
 _BIND = re.compile(r"couldn't bind HTTP server socket, hostname: (\S+), port: (\d+)")
+_OPEN_FAILED = re.compile(r"failed to open GGUF file '([^']*)' \(([^)]*)\)")
 _CONTEXT = re.compile(
     r"(request \(\d+ tokens\) exceeds the available context size \(\d+ tokens\)"
     r"|input \(\d+ tokens\) is larger than the max context size \(\d+ tokens\))"
@@ -247,6 +249,19 @@ class LlamaCppEngine:
         lines = _clean(log_text)
         text = "\n".join(lines)
         ready = self.ready_in_log(log_text)
+        bind = _BIND.search(text)
+        if bind and not ready:
+            where = f"{bind.group(1)}:{bind.group(2)}"
+            return Failure("port_in_use", f"cannot listen on {where}: another process holds it")
+        opened = _OPEN_FAILED.search(text)
+        if opened and not ready:
+            # The model file itself: not there, or not readable by the service's user.
+            path, why = opened.group(1), opened.group(2)
+            kind = "permission_denied" if "Permission denied" in why else "model_missing"
+            return Failure(kind, f"the model file {path} cannot be opened: {why}")
+        host = host_failure(lines, exit_code)
+        if host is not None:
+            return host  # no config runs on this host as it is: engines/host.py
         unknown = _INVALID_ARG.search(text)
         if unknown:
             flag = unknown.group(1)
@@ -273,10 +288,6 @@ class LlamaCppEngine:
                 load = _LOAD_ERROR.match(line)
                 if load:
                     return Failure("refused", clip(load.group(1).strip()))
-        bind = _BIND.search(text)
-        if bind:
-            where = f"{bind.group(1)}:{bind.group(2)}"
-            return Failure("port_in_use", f"cannot listen on {where}: another process holds it")
         crashed = "crash_during_benchmark" if ready else "crash_on_start"
         if exit_code is not None:
             when = "after it was ready" if ready else "before it was ready"

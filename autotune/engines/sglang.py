@@ -21,6 +21,7 @@ from autotune.engines import sglang_facts as facts
 from autotune.engines._http import get_json, open_client
 from autotune.engines._text import clip, describe_exit, opt_int, prometheus
 from autotune.engines.base import Counters, Failure, ServerInfo
+from autotune.engines.host import host_failure
 from autotune.errors import ServerFailed
 from autotune.log import get
 
@@ -326,7 +327,8 @@ class SGLangEngine:
         """Name why the server did not serve, from its log and exit code.
 
         Evidence in the log wins over liveness (SGLang's HTTP process can
-        outlive a dead scheduler), in this order: refused flags (argparse
+        outlive a dead scheduler), in this order: the host's failures (a module
+        missing, no GPU, the model path, the port: engines/host.py), refused flags (argparse
         errors; AssertionError / ValueError / NotImplementedError raised by the
         argument checks), out of memory, then any other exception
         (crash_on_start, or crash_during_benchmark once the log said ready). With
@@ -336,6 +338,9 @@ class SGLangEngine:
         lines = [_PREFIX.sub("", line.rstrip()) for line in log_text.splitlines()]
         text = "\n".join(lines)
         ready = self.ready_in_log(log_text)
+        host = host_failure(lines, exit_code)
+        if host is not None:
+            return host  # no config runs on this host as it is: engines/host.py
 
         usage = _ARGPARSE.search(text)
         if usage:

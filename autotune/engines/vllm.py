@@ -30,6 +30,7 @@ from autotune.engines import vllm_facts as facts
 from autotune.engines._http import get_json, open_client
 from autotune.engines._text import clip, describe_exit, metric_samples, opt_int, per_position
 from autotune.engines.base import Counters, Failure, ServerInfo
+from autotune.engines.host import host_failure
 from autotune.errors import ServerFailed
 
 __all__ = ["VLLMEngine", "launch_flags", "metric_samples", "non_default_args"]
@@ -56,10 +57,9 @@ _ARGUMENT = re.compile(r"^argument ([^:]+): (.+)$")
 _VALIDATION = re.compile(r"(\d+) validation errors? for (\w+)$")
 _PYDANTIC_TYPE = re.compile(r"\s*\[type=(\w+)[^\]]*\]\s*$")
 _INPUT = re.compile(r"input_value=(.*?), input_type=")
-_BIND = re.compile(r"\[Errno 98\][^\n]*|address already in use", re.IGNORECASE)
+# A model this build cannot run (a path that is not there is the host's: engines/host.py).
 _MODEL_MISSING = re.compile(
-    r"(?:does not appear to have a file named [\w.]+|Invalid repository ID or local directory"
-    r"|Repo id must be|We couldn't connect to|is not a local folder and is not a valid model"
+    r"(?:does not appear to have a file named [\w.]+"
     r"|Cannot find model module|are not supported for now\. Supported architectures)[^\n]*"
 )
 _EXCEPTION = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): ?(.*)$")
@@ -295,6 +295,9 @@ class VLLMEngine:
         lines = _clean(log_text)
         text = "\n".join(lines)
         ready = self.ready_in_log(log_text)
+        host = host_failure(lines, exit_code)
+        if host is not None:
+            return host  # no config runs on this host as it is: engines/host.py
         parsed = _argparse_failure(text)
         if parsed is not None:
             return parsed
@@ -309,9 +312,6 @@ class VLLMEngine:
             missing = _MODEL_MISSING.search(text)
             if missing:
                 return Failure("model_load", clip(f"the model does not load: {missing.group(0)}"))
-        bind = _BIND.search(text)
-        if bind and not ready:
-            return Failure("port_in_use", clip(f"cannot listen: {bind.group(0)}"))
         crashed = "crash_during_benchmark" if ready else "crash_on_start"
         last = _root_error(lines, log_text.splitlines())
         if exit_code is not None:

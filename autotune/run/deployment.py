@@ -8,6 +8,7 @@ replaced by the original unit before the error is raised: the server is never le
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlparse
 
 import optuna
 
@@ -35,7 +36,17 @@ def deployer_for(cfg: Config) -> Deployer:
         companions=cfg.space.companion_paths(str(t.unit_file.parent)),
         log_dir=state_dir(cfg),
         source=cfg.source,
+        port=server_port(cfg.target.base_url),
     )
+
+
+def server_port(base_url: str) -> int | None:
+    """The port of `target.base_url` (80/443 when it names none)."""
+    parsed = urlparse(base_url)
+    try:
+        return parsed.port or (443 if parsed.scheme == "https" else 80)
+    except ValueError:
+        return None
 
 
 def pipeline_for(cfg: Config, deployer: Deployer) -> TrialPipeline:

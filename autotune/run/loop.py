@@ -18,7 +18,7 @@ import structlog
 from autotune.config import Config
 from autotune.deploy.base import Deployer
 from autotune.engines import get_engine
-from autotune.errors import AutotuneError, DeployError, ServerFailed, StudyStopped
+from autotune.errors import AutotuneError, DeployError, HostFailed, ServerFailed, StudyStopped
 from autotune.log import get
 from autotune.run import finalists
 from autotune.run.checks import api_key, check_flags, check_unit
@@ -129,8 +129,9 @@ def _run_with_deployer(
             log.warning("aborted: putting a known unit in place without waiting for it")
             abort_to_known_config(cfg, study, deployer, pipeline)
             raise
-        except StudyStopped as stopped:
-            log.error("study stopped: no config can run", reason=stopped.problem)
+        except (StudyStopped, HostFailed) as stopped:
+            why = stopped.problem if isinstance(stopped, StudyStopped) else stopped.reason
+            log.error("study stopped: no config can run", reason=why)
             try:
                 finish(cfg, study, deployer, pipeline)
             except AutotuneError as err:

@@ -25,7 +25,13 @@ from autotune.bench.pool import pool_levels
 from autotune.config import Config
 from autotune.deploy.base import Deployer
 from autotune.engines.base import STUDY_FAILURES, Engine, Failure, ServerInfo
-from autotune.errors import ConfigError, DeployError, ServerFailed, StudyStopped
+from autotune.errors import (
+    HOST_FAILURES,
+    ConfigError,
+    HostFailed,
+    ServerFailed,
+    StudyStopped,
+)
 from autotune.log import get
 from autotune.run.load_phase import measure_phase
 from autotune.run.rates import measure_rates, rate_attrs
@@ -195,6 +201,7 @@ class TrialPipeline:
                 self._check_alive()
                 attrs["load_phase"] = phase.to_dict()
         except ServerFailed as failed:
+            self._not_the_configs_fault(failed, params)
             attrs.update(_failure_attrs(failed.kind, failed.reason))
             log.warning("server failed during benchmark", kind=failed.kind, reason=failed.reason)
             # A server that refuses the workload's requests (a context too small) is up.
@@ -271,6 +278,7 @@ class TrialPipeline:
                 try:
                     status = client.get(self.cfg.target.base_url + paths[0]).status_code
                     if status == 200:
+                        self._check_ours()
                         return
                     if status == 404 and len(paths) > 1:
                         paths.pop(0)  # an older build without this path: the next one
@@ -287,6 +295,17 @@ class TrialPipeline:
                     log.info("loading", waited_s=round(now - started), last_log=_last_line(self))
                     next_note = now + 5.0
                 time.sleep(0.25)
+
+    def _check_ours(self) -> None:
+        """The server that answers must be the one just deployed: a stale server, or one the
+        operator left on the port, answers while the deployed one fails to bind."""
+        other = self.deployer.answering()
+        if other is not None:
+            reason = (
+                f"{self.cfg.target.base_url} is answered by {other}, not by the server "
+                "autotune started"
+            )
+            raise ServerFailed("not_ours", reason, _tail(self.deployer.logs()))
 
     def _benchmark(
         self, info: ServerInfo, plan: LevelPlan, deck: bench.PromptDeck
@@ -431,10 +450,7 @@ class TrialPipeline:
             )
         except bench.LevelFailed as exc:
             if not self._still_running_after(5.0):
-                text = self.deployer.logs()
-                raise ServerFailed(
-                    "crash_during_benchmark", _last_error(text) or str(exc), _tail(text)
-                ) from None
+                raise self._died(str(exc)) from None
             refused = self.engine.request_failure(self.deployer.logs()[log_from:])
             if refused is not None:
                 raise ServerFailed(refused.kind, refused.reason) from None
@@ -455,8 +471,17 @@ class TrialPipeline:
 
     def _check_alive(self) -> None:
         if not self.deployer.is_running():
-            text = self.deployer.logs()
-            raise ServerFailed("crash_during_benchmark", _last_error(text), _tail(text))
+            raise self._died()
+
+    def _died(self, fallback: str | None = None) -> ServerFailed:
+        """The server died under load: a crash of the config, unless its log shows the host's
+        failure (the disk filled up, the GPU fell off the bus)."""
+        text = self.deployer.logs()
+        named = self.engine.classify_failure(text, self.deployer.exit_status())
+        if named.kind in HOST_FAILURES:
+            return ServerFailed(named.kind, named.reason, _tail(text))
+        reason = _last_error(text) or fallback or named.reason
+        return ServerFailed("crash_during_benchmark", reason, _tail(text))
 
     def _canonical(self, config: dict[str, Any]) -> dict[str, Any]:
         """The config without knobs that do not apply to it (a server that resolved the
@@ -501,8 +526,8 @@ class TrialPipeline:
 
     def _not_the_configs_fault(self, failed: ServerFailed, params: Params | None) -> None:
         """Raise instead of recording a trial when the failure is the build's or the host's."""
-        if failed.kind == "port_in_use":
-            raise DeployError(f"the server cannot start: {failed.reason}")
+        if failed.kind in HOST_FAILURES:
+            raise HostFailed(failed.kind, failed.reason)
         if failed.kind not in STUDY_FAILURES:
             return
         flag = failed.flag

@@ -30,7 +30,7 @@ from optuna.trial import TrialState
 
 from autotune import log as alog
 from autotune.config import Config
-from autotune.errors import DeployError, StudyStopped
+from autotune.errors import DeployError, HostFailed, StudyStopped, UnitDoesNotServe
 from autotune.log import get
 from autotune.run.stopping import StopRequest, TrialInterrupted
 from autotune.run.trial import FindMeasured, TrialResult
@@ -236,9 +236,15 @@ class Worker:
             # No config can avoid it: the study ends with one line; the config runs once fixed.
             self._fail(trial, "study_stopped", str(stopped))
             raise
+        except HostFailed as host:
+            # The host's, not the config's: given back, run again once the host is fixed.
+            self._fail(trial, "host_failure", f"{host.kind}: {host.reason}")
+            raise
         except Exception as exc:
             self._fail(trial, "internal_error", repr(exc))
             raise
+        if p.baseline:
+            self._baseline_served(trial, result)
         source = result.reused_from
         if source is not None:
             result.attrs.pop("feasible", None)
@@ -280,6 +286,34 @@ class Worker:
             **({"failure": result.attrs["failure"]} if "failure" in result.attrs else {}),
         )
         return Outcome.MEASURED
+
+    def _baseline_served(self, trial: optuna.Trial, result: TrialResult) -> None:
+        """The unit as it is must serve before any config is worth deploying: a baseline that
+        does not is given back (not recorded infeasible) and the study stops with its reason."""
+        kind = result.attrs.get("failure")
+        if kind is None or kind in SERVED_FAILURES:
+            return
+        reason = f"{kind}: {result.attrs.get('reason', '')}"
+        upload_trial(
+            self.artifacts,
+            trial,
+            unit_text=result.unit_text,
+            server_log=result.server_log,
+            result={"config": None, **result.attrs},
+        )
+        self._fail(trial, "unit_does_not_serve", reason)
+        started = kind not in DID_NOT_START
+        raise UnitDoesNotServe(
+            str(self.cfg.target.unit_file),
+            None,
+            (
+                "your unit as it is does not serve the benchmark: "
+                if started
+                else "your unit does not start as it is: "
+            )
+            + reason
+            + "; fix the unit (its server log is in the trial's files), then autotune start",
+        )
 
     def _record_predicted(
         self, trial: optuna.Trial, params: dict[str, Any], predicted: capacity.Prediction
@@ -363,6 +397,11 @@ class Worker:
                     stopping=lambda: self.stop.requested,
                 )
 
+
+#: Failures of a server that served: a verdict on the config, even for the unit as it is.
+SERVED_FAILURES = ("capacity",)
+#: Failures before the server was ready (the rest happened under the benchmark's load).
+DID_NOT_START = ("refused", "out_of_memory", "crash_on_start", "not_ready")
 
 #: The failure that one redeploy must confirm: the server started fine, then died under load.
 CRASH = "crash_during_benchmark"

@@ -689,3 +689,74 @@ trial_config = gp.config_of
 
 def now() -> float:
     return time.time()
+
+
+# -- forgetting what was recorded wrongly ------------------------------------------------
+def forget(
+    study: optuna.Study,
+    numbers: list[int],
+    *,
+    kind: str | None = None,
+    failed_since: Any = None,
+    why: str = "autotune forget",
+) -> list[int]:
+    """Make the trials `numbers`, and the finished ones whose failure is `kind` and/or that
+    failed at or after `failed_since` (a naive local datetime), FAIL with a `forgotten`
+    record; trials that reused one of their results go with them. Each forgotten config is
+    queued again (the unit as is needs no queue: it runs while no baseline is finished), so
+    the study measures it anew; the budget counts them no more, the sampler and the report
+    skip them. Returns the numbers forgotten. Refuses a study with a live worker, whose
+    cache would keep the old results."""
+    with _proposal_lock(study):
+        recover_stale(study)
+        live = running_trials(study)
+        if live:
+            who = (live[0].user_attrs.get("owner") or {}).get("host", "?")
+            raise AutotuneError(
+                f"the study is running (trial {live[0].number} on {who}): stop its workers "
+                "(Ctrl-C, or systemctl stop) before forgetting trials"
+            )
+        trials = {t.number: t for t in study.get_trials(deepcopy=False)}
+        unknown = [n for n in numbers if n not in trials]
+        if unknown:
+            raise AutotuneError(f"no trial {unknown[0]} in study {study.study_name!r}")
+        chosen = {n for n in numbers if trials[n].state in FINISHED}
+        if kind is not None or failed_since is not None:
+            for t in trials.values():
+                if t.state not in FINISHED or "failure" not in t.user_attrs:
+                    continue
+                if kind is not None and t.user_attrs.get("failure") != kind:
+                    continue
+                done = t.datetime_complete
+                if failed_since is not None and (done is None or done < failed_since):
+                    continue
+                chosen.add(t.number)
+        chosen |= {
+            t.number
+            for t in trials.values()
+            if t.state in FINISHED and t.user_attrs.get("reused_from") in chosen
+        }
+        when = time.time()
+        for n in sorted(chosen):
+            t = trials[n]
+            record = {
+                "at": when,
+                "why": why,
+                "was": t.state.name,
+                "values": t.values,
+                "failure": t.user_attrs.get("failure"),
+            }
+            optuna_private.forget_trial(study, t, record)
+            if t.params and t.user_attrs.get("reused_from") is None:
+                study.enqueue_trial(
+                    dict(t.params),
+                    user_attrs={"retry_of": n, "baseline": bool(t.user_attrs.get("baseline"))},
+                    skip_if_exists=False,
+                )
+        return sorted(chosen)
+
+
+def forgotten(t: FrozenTrial) -> dict[str, Any] | None:
+    """The `forgotten` record of a trial `autotune forget` took back, else None."""
+    record = t.user_attrs.get("forgotten")
+    return record if isinstance(record, dict) else None

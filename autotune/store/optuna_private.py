@@ -19,7 +19,15 @@ from optuna.trial import FrozenTrial
 if TYPE_CHECKING:
     from optuna.trial import Trial
 
-__all__ = ["ArtifactStore", "rdb", "stale_trial_ids", "storage", "study_id", "trial_id"]
+__all__ = [
+    "ArtifactStore",
+    "forget_trial",
+    "rdb",
+    "stale_trial_ids",
+    "storage",
+    "study_id",
+    "trial_id",
+]
 
 
 def storage(study: optuna.Study) -> BaseStorage:
@@ -52,3 +60,42 @@ def stale_trial_ids(db: RDBStorage, study: optuna.Study) -> list[int]:
     `fail_stale_trials` fails them at once; autotune first checks whether their owner is
     alive on this host, and requeues each config once."""
     return list(db._get_stale_trial_ids(study._study_id))
+
+
+def forget_trial(study: optuna.Study, trial: FrozenTrial, record: dict[str, object]) -> None:
+    """Turn a finished trial into FAIL with a `forgotten` user attribute holding `record`.
+
+    Optuna never changes a finished trial (`_check_trial_is_updatable` refuses, and its cache
+    never reads one again), yet a result recorded wrongly (a host's failure taken for the
+    config's) must stop counting: FAIL trials count against no budget, teach no sampler, and
+    stay in the study, visible as such. Written to the database's own tables; a process that
+    has the study open keeps its cached copy, so `autotune forget` refuses a running study."""
+    import json
+
+    from optuna.storages._rdb import models
+    from optuna.trial import TrialState
+
+    db = rdb(study)
+    if db is None:
+        raise RuntimeError("forgetting a trial needs the study's database")
+    session = db.scoped_session()
+    try:
+        row = session.get(models.TrialModel, trial_id(trial))
+        if row is None:
+            raise RuntimeError(f"trial {trial.number} is not in the database")
+        row.state = TrialState.FAIL
+        # Its values live on in `record`: a FAIL trial with values would show as a result.
+        session.query(models.TrialValueModel).filter(
+            models.TrialValueModel.trial_id == row.trial_id
+        ).delete()
+        attr = models.TrialUserAttributeModel.find_by_trial_and_key(row, "forgotten", session)
+        if attr is None:
+            attr = models.TrialUserAttributeModel(trial_id=row.trial_id, key="forgotten")
+            session.add(attr)
+        attr.value_json = json.dumps(record)
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()

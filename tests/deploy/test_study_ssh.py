@@ -143,3 +143,37 @@ def test_ssh_link_down_longer_than_a_trial_consumes_no_trial(
     assert any(t["params"] == failed[0]["params"] for t in complete)
     best = json.loads(autotune("best", "--json", "--config", str(config), cwd=world_dir).stdout)
     assert _served_steps(port) == best["resolved"]["speculative_num_steps"]
+
+
+def test_a_stale_server_on_the_port_is_not_measured(
+    world_dir: Path, fake_host: FakeSystemdHost, ssh_rig: SshRig
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.e2e import stop_process, wait_http
+
+    port = free_port()
+    # The unit's server loads for 5 s before it binds (and fails to: the port is taken),
+    # while a server started outside the unit answers at once.
+    fake_host.install(UNIT, sim_unit(port, sim_flags="--sim-load-time 5"))
+    config = _config(world_dir, ssh_rig, fake_host, port, n_trials=1)
+    stale = subprocess.Popen(
+        [sys.executable, "-m", "autotune.sim", "--port", str(port), "--sim-load-time", "0.2",
+         "--speculative-algorithm", "EAGLE"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", stale)
+        proc = autotune("start", "--config", str(config), cwd=world_dir, timeout=200)
+        assert proc.returncode == 3, proc.stderr[-4000:]
+        line = proc.stderr.strip().splitlines()[-1]
+        assert f"is answered by pid {stale.pid} (" in line and "[not_ours]" in line, line
+        assert "server ready" not in proc.stderr
+        trials = status(config)["trials"]
+        assert [t["failure"] for t in trials if t["state"] == "FAIL"] == ["host_failure"]
+        assert not [t for t in trials if t["feasible"] is False]
+    finally:
+        stop_process(stale)
