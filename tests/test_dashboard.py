@@ -2,7 +2,7 @@
 
 The module's study is written by `autotune start` (the real simulator behind a
 unit file) while `autotune dashboard` polls it, as an operator watching an
-overnight study would. Its space yields every kind of trial: a refused baseline,
+overnight study would. Its space yields every kind of trial: a refused first trial,
 configs below the capacity floor, feasible ones and reused results.
 """
 
@@ -60,10 +60,16 @@ SPACE = {
         },
     }
 }
-# The unit's own flags, trial 0, are refused: 9 draft tokens > steps * topk + 1.
+# The unit's own flags serve (the unit as it is must: worker.py); trial 0 is queued before
+# the study starts and is refused: 9 draft tokens > steps * topk + 1.
 BASELINE_FLAGS = (
-    "--speculative-num-steps 2 --speculative-eagle-topk 2 --speculative-num-draft-tokens 9"
+    "--speculative-num-steps 2 --speculative-eagle-topk 2 --speculative-num-draft-tokens 5"
 )
+REFUSED = {
+    "speculative_num_steps": 2,
+    "speculative_eagle_topk": 2,
+    "speculative_num_draft_tokens": 9,
+}
 N_TRIALS = 7
 ARTIFACT_SUFFIXES = ("-unit.service", "-server.log", "-benchmark.json")
 
@@ -114,6 +120,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveStudy]:
         flags=BASELINE_FLAGS,
         objective={"constraints": {"min_running_requests": 13}},
     )
+    cfg = load_config(config)
+    st.open_study(cfg).enqueue_trial(cfg.space.encode(REFUSED))
     env = {**os.environ, "AUTOTUNE_LOG_FORMAT": "console"}
     started: list[subprocess.Popen[Any]] = []
     logs = {name: open(tmp / f"{name}.err", "w") for name in ("daemon", "dashboard")}  # noqa: SIM115

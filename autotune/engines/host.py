@@ -27,6 +27,11 @@ ModuleNotFoundError(...)`) is not the cause of a death. Where each message comes
 - PyTorch, which SGLang and vLLM run on: `RuntimeError: No CUDA GPUs are available`,
   `Found no NVIDIA driver on your system`, `CUDA driver initialization failed`, `no
   CUDA-capable device is detected`; vLLM's `Failed to infer device type` (vllm/platforms);
+  SGLang's `No accelerator (CUDA, XPU, HPU) is available.` (0.5.6; 0.5.16 on: `… or platform
+  plugin is available.`, srt/utils);
+- transformers, under SGLang and vLLM, for a model path that is not there: 4.57 (SGLang
+  0.5.6) `Can't load the configuration of '…'`, 5.x (0.5.16 on) `Repo id must be in the form
+  'repo_name' or 'namespace/repo_name': '…'`;
 - llama.cpp, vLLM and SGLang's own model-path and bind messages stay in their adapters,
   which return these kinds for them.
 """
@@ -72,6 +77,11 @@ _SIGNS = (
     ),
     _sign(
         "program_missing",
+        r"Unable to locate executable '([^']+)'",  # systemd after 252's wording
+        "systemd cannot find the unit's program {0}",
+    ),
+    _sign(
+        "program_missing",
         r"Failed at step EXEC spawning (\S+): No such file or directory",
         "systemd cannot find the unit's program {0}",
     ),
@@ -102,7 +112,8 @@ _SIGNS = (
         r"|CUDA driver initialization failed"
         r"|.*no CUDA-capable device is detected"
         r"|The NVIDIA driver on your system is too old"
-        r"|Failed to infer device type)",
+        r"|Failed to infer device type"
+        r"|No accelerator \([^)]*\) (?:or platform plugin )?is available)",
         "the server sees no GPU: {0}",
     ),
     _sign(
@@ -122,6 +133,7 @@ _SIGNS = (
         r"((?:\S+ )?is not a local folder and is not a valid model identifier"
         r"|Repo id must (?:be in the form|use alphanumeric)[^\n]*"
         r"|Invalid repository ID or local directory specified[^\n]*"
+        r"|Can't load the configuration of '[^']*'"
         r"|We couldn't connect to '[^']*' to load[^\n]*)",
         "the model is not there: {0}",
     ),

@@ -156,7 +156,9 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
     unfinished: dict[str, int] = {}
     for t in study.get_trials(deepcopy=False):
         if t.state not in st.FINISHED:
-            unfinished[t.state.name] = unfinished.get(t.state.name, 0) + 1
+            # A trial `autotune forget` took back is counted as such, not as a failure.
+            name = "FORGOTTEN" if st.forgotten(t) else t.state.name
+            unfinished[name] = unfinished.get(name, 0) + 1
     settings = study.user_attrs.get(st.STUDY_CONFIG) or cfg.summary()
     concurrency = [int(c) for c in settings.get("benchmark", {}).get("concurrency", [])]
     rows = [trial_row(t) for t in finished]

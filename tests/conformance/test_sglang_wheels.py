@@ -618,3 +618,14 @@ def test_tier_switches_are_read_from_the_log(wheel: Wheel) -> None:
     switches = ENGINE.tier_switches(f"[2026-12-02 10:00:07 TP0] {line}\nother line\n")
     assert [(b, a) for _, b, a in switches] == [(5, 3)]
     assert switches[0][0] is not None
+
+
+# ------------------------------------------------------------------ the host's failures
+def test_no_accelerator_is_the_hosts_failure(wheel: Wheel) -> None:
+    # SGLang's own words when no GPU is visible (srt/utils/common.py, `get_device`): every
+    # trial would fail so, so the study stops instead of recording them infeasible.
+    found = wheel.find("No accelerator (", "sglang/srt/utils/common.py")
+    assert found is not None, f"{wheel}: sglang/srt/utils/common.py no longer says 'No accelerator'"
+    log = traceback("sglang/srt/utils/common.py", "get_device", "RuntimeError", found.text)
+    failure = ENGINE.classify_failure(log, exit_code=1)
+    assert failure.kind == "no_gpu", (found.where, failure)

@@ -21,7 +21,7 @@ from autotune.deploy.local_process import PIDFILE, LocalProcessDeployer
 from autotune.engines.llamacpp import LlamaCppEngine
 from autotune.errors import StudyStopped
 from autotune.run.trial import TrialPipeline, TrialResult
-from tests.e2e import autotune, free_port
+from tests.e2e import autotune, free_port, status
 from tests.llamacpp.conftest import unit_text
 from tests.real_engine import TIMEOUT
 
@@ -240,9 +240,12 @@ def test_a_model_that_does_not_load_stops_the_study_in_one_line(
     # apply-best: at the end the original unit is tried again, and fails the same way.
     config.write_text(yaml.safe_dump(_config(tmp_path, port, n_trials=3, on_finish="apply-best")))
     proc = autotune("start", "--config", str(config), cwd=tmp_path)
-    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.returncode == 3, proc.stderr[-2000:]  # the host's failure, not the config's
     last = proc.stderr.strip().splitlines()[-1]
-    assert "ExecStart" in last and f"the model file {missing} cannot be opened" in last, last
+    assert f"the model file {missing} cannot be opened" in last and "[model_missing]" in last
+    assert "check that the unit's model path exists" in last, last
+    trials = status(config)["trials"]
+    assert not [t for t in trials if t["feasible"] is False]  # nothing recorded infeasible
 
 
 def test_a_study_on_open_loop_rates_reports_goodput_per_rate(

@@ -230,14 +230,21 @@ def test_the_database_going_away_mid_study_is_waited_out(
         try:
             worker.wait_for("trial 2/4", "benchmarking", timeout=120)
             server.stop()
-            time.sleep(6)
+            # Down until the worker has met the outage (its next write: the trial's record or
+            # a heartbeat), however fast this machine runs the rest of the trial.
+            deadline = time.monotonic() + 120
+            while not (
+                "the study database does not answer" in worker.log
+                or "heartbeat failed" in worker.log
+            ):
+                assert time.monotonic() < deadline, worker.log[-3000:]
+                assert worker.proc.poll() is None, worker.log[-3000:]
+                time.sleep(0.2)
+            time.sleep(2)
             server.start()
             assert worker.wait(timeout=300) == 0, worker.log[-4000:]
         finally:
             worker.kill()
-        assert (
-            "the study database does not answer" in worker.log or "heartbeat failed" in worker.log
-        )
         trials = status(config)["trials"]
         _assert_exact_and_no_twice(trials, n_trials)
         assert not [t for t in trials if t["state"] == "FAIL"], "nothing lost to the outage"
