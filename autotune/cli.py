@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -17,6 +18,10 @@ if TYPE_CHECKING:
     from autotune.config import Config
 
 # Subcommands that hand their whole argument list to another parser.
+#: Commands whose output a person reads: their log lines stay readable when piped.
+_FOR_PEOPLE = frozenset({"init", "validate", "status", "best", "forget", "report"})
+#: Commands that count the study's trials against its total (`with_budget`).
+_STUDY_COMMANDS = frozenset({"start", "status", "best", "report"})
 _PASSTHROUGH: dict[str, str] = {"sim": "autotune.sim.cli", "bench": "autotune.bench.cli"}
 
 
@@ -33,10 +38,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = args_list  # a `workers:` config starts itself once per worker
     from autotune import log
 
-    log.setup(
-        level="DEBUG" if args.verbose else "INFO",
-        json=True if args.log_format == "json" else None if args.log_format == "auto" else False,
-    )
+    json_logs = True if args.log_format == "json" else None if args.log_format == "auto" else False
+    if json_logs is None and args.command in _FOR_PEOPLE:
+        # Read by a person, through `tee` or `less` too: JSON only under journald, or asked.
+        forced = os.environ.get("AUTOTUNE_LOG_FORMAT", "").lower()
+        json_logs = forced == "json" or (not forced and "JOURNAL_STREAM" in os.environ)
+    level = "DEBUG" if args.verbose else "INFO"
+    if args.command in ("validate", "init") and not args.verbose:
+        level = "WARNING"  # the checks' own lines say what was seen; info lines interleave
+    log.setup(level=level, json=json_logs)
     try:
         return int(args.func(args) or 0)
     except AutotuneError as exc:
@@ -216,13 +226,16 @@ def _load(args: argparse.Namespace) -> Any:
         study = replace(study, storage=absolute_sqlite(args.storage, Path.cwd()))
     if getattr(args, "study", None):
         study = replace(study, name=args.study)
-    if getattr(args, "n_trials", None) is not None:
-        if args.n_trials < 1:
-            raise AutotuneError("--n-trials must be at least 1")
-        study = replace(study, n_trials=args.n_trials)
+    asked = getattr(args, "n_trials", None)
+    if asked is not None and asked < 1:
+        raise AutotuneError("--n-trials must be at least 1")
     cfg = replace(cfg, study=study)
     if getattr(args, "worker", None):
         cfg = cfg.for_worker(args.worker)
+    if args.command in _STUDY_COMMANDS:
+        from autotune.search import study as st
+
+        cfg = st.with_budget(cfg, asked, announce=args.command == "start")
     return cfg
 
 
@@ -285,20 +298,28 @@ def _status(args: argparse.Namespace) -> int:
 
     cfg = _load(args)
     study = st.open_study(cfg, create=False)
-    from autotune.run import finalists
+    from autotune.run import eta
     from autotune.search import estimate, perf
 
     rows = [_row(study, t) for t in study.get_trials(deepcopy=False)]
-    runs = finalists.expected_runs(cfg, study)
-    e = estimate.of(
-        study,
-        cfg.study.n_trials,
-        finalist_runs=runs,
-        extra_s=finalists.expected_phase_s(cfg, study),
-    )
+    alive = {w.trial: w for w in st.liveness(study, cfg)}
+    for r in rows:
+        w = alive.get(r["number"])
+        r["heartbeat_age_s"] = None if w is None else w.age_s
+        r["stale"] = w is not None and w.stale
+        if r["stale"]:
+            r["progress"] = None  # what a gone worker last showed is not "now"
+    e = eta.of(cfg, study, live=any(not w.stale for w in alive.values()))
     model = study.user_attrs.get(perf.STATUS)
     if args.json:
-        body = {"study": study.study_name, "metric_names": study.metric_names, "trials": rows}
+        body = {
+            "study": study.study_name,
+            "n_trials": cfg.study.n_trials,
+            "finished": st.finished_count(study),
+            "metric_names": study.metric_names,
+            "trials": rows,
+            "workers": [vars(w) for w in alive.values()],
+        }
         body["time"] = None if e is None else vars(e)
         body["performance_model"] = model
         print(json.dumps(body, indent=2))
@@ -309,6 +330,8 @@ def _status(args: argparse.Namespace) -> int:
     )
     if e is not None:
         print(f"time: {estimate.sentence(e)}")
+    for w in alive.values():
+        print(f"worker: {w.sentence()}")
     if isinstance(model, dict):
         print(f"performance model: {perf.describe(model)}")
     header = f"{'#':>4}  {'state':9} {'feasible':8} {'value':>10} {'±95%':>6}  config / reason"
@@ -320,6 +343,9 @@ def _status(args: argparse.Namespace) -> int:
             else (f"{r['value']:.1f}" if isinstance(r["value"], float) else str(r["value"]))
         )
         config = " ".join(f"{k.removeprefix('speculative_')}={v}" for k, v in r["config"].items())
+        if not config:
+            queued = r["state"] == "WAITING"
+            config = "the unit as it is" if r["baseline"] or not queued else "queued again"
         extra = f"  [{r['reason']}]" if r["reason"] else ""
         if r["forgotten"]:
             was = r["forgotten"].get("was")
@@ -346,7 +372,8 @@ def _status(args: argparse.Namespace) -> int:
             )
         feasible = {True: "yes", False: "no", None: ""}[r["feasible"]]
         ci = "" if r["value_ci"] is None else f"{r['value_ci']:.1%}"
-        print(f"{r['number']:>4}  {r['state']:9} {feasible:8} {value:>10} {ci:>6}  {config}{extra}")
+        state = "STALE" if r["stale"] else r["state"]
+        print(f"{r['number']:>4}  {state:9} {feasible:8} {value:>10} {ci:>6}  {config}{extra}")
     for r in rows:
         if r["progress"]:
             print(f"now: {r['progress']}")
@@ -359,12 +386,15 @@ def _row(study: Any, t: Any) -> dict[str, Any]:
 
     values = t.values
     gone = st.forgotten(t)
+    config = st.trial_config(t)
+    if not config and t.state.name == "WAITING":
+        config = dict(t.system_attrs.get("fixed_params") or {})  # enqueued, not yet asked
     return {
         "number": t.number,
         "state": "FORGOTTEN" if gone else t.state.name,
         "forgotten": gone,
         "params": dict(t.params),
-        "config": st.trial_config(t),
+        "config": config,
         "value": None if values is None else (values[0] if len(values) == 1 else list(values)),
         "feasible": st.is_feasible(t) if t.state.name == "COMPLETE" else None,
         "reason": t.user_attrs.get("reason"),
@@ -413,8 +443,11 @@ def _best(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(described[0] if len(described) == 1 else described, indent=2))
         return 0
-    for d in described:
-        print(f"best trial {d['trial']} of study {d['study']}: value {d['value']}")
+    for w in st.liveness(study, cfg):
+        print(f"worker: {w.sentence()}")
+    base = st.baseline_trial(study)
+    for t, d in zip(best, described, strict=True):
+        print(f"best trial {d['trial']} of study {d['study']}: {_value_text(cfg, t, base)}")
         print(f"  ({d['chosen_by']})")
         known = {k: v for k, v in d["resolved"].items() if k in cfg.space.params}
         if known and cfg.space.complete(known):
@@ -422,9 +455,61 @@ def _best(args: argparse.Namespace) -> int:
         for k, v in d["resolved"].items():
             if k not in known:
                 print(f"  --{k.replace('_', '-')} {v}")
-        for k, v in d["metrics"].items():
-            print(f"  {k}: {v}")
+        for line in _metric_lines(d["metrics"]):
+            print(f"  {line}")
     return 0
+
+
+def _value_text(cfg: Any, t: Any, base: Any) -> str:
+    """`545.1 tok/s (geomean over c=1,16,64), +8.4 % over the unit as it was (trial 0)`."""
+    what = {
+        "geomean": "geomean of output tok/s over c="
+        + ",".join(str(c) for c in cfg.benchmark.concurrency),
+        "single": f"output tok/s at c={cfg.objective.level}",
+        "goodput": f"goodput at {cfg.objective.rate:g} req/s",
+        "max_rate": "the highest request rate that meets the SLO",
+    }.get(cfg.objective.mode, cfg.objective.mode)
+    unit = "req/s" if cfg.objective.mode == "max_rate" else "tok/s"
+    if len(t.values or []) != 1:
+        return ", ".join(f"{v:.1f}" for v in t.values or []) + f" {unit} (Pareto front)"
+    text = f"{t.values[0]:.1f} {unit} ({what})"
+    ci = t.user_attrs.get("value_ci")
+    if isinstance(ci, float):
+        text += f" ±{ci:.1%}"
+    if base is not None and base.number != t.number and base.values and base.values[0] > 0:
+        gain = t.values[0] / base.values[0] - 1
+        text += (
+            f", {gain:+.1%} over the unit as it was "
+            f"(trial {base.number}: {base.values[0]:.1f} {unit})"
+        )
+    elif base is not None and base.number == t.number:
+        text += ": the unit as it was is the best"
+    return text
+
+
+def _metric_lines(metrics: dict[str, Any]) -> list[str]:
+    """Per-level figures on one line each, in a person's units; empty fields left out."""
+    lines = []
+    tok = {k.split("@c", 1)[1]: v for k, v in metrics.items() if k.startswith("output_tok_s@c")}
+    if tok:
+        lines.append("output tok/s: " + " · ".join(f"c={c} {v:.1f}" for c, v in tok.items()))
+    acc = {k.split("@c", 1)[1]: v for k, v in metrics.items() if k.startswith("accept_length@c")}
+    if acc:
+        lines.append("accept length: " + " · ".join(f"c={c} {v:.2f}" for c, v in acc.items()))
+    done = {*(f"output_tok_s@c{c}" for c in tok), *(f"accept_length@c{c}" for c in acc)}
+    for key, value in metrics.items():
+        if key in done or key == "value_ci" or value in (None, [], {}, ""):
+            continue
+        if key == "uncertain_levels":
+            lines.append("uncertain at c=" + ",".join(str(c) for c in value))
+        elif isinstance(value, float):
+            shown = f"{value:.1%}" if key.endswith(("_share", "acceptance")) else f"{value:.2f}"
+            lines.append(f"{key.replace('_', ' ')}: {shown}")
+        elif isinstance(value, dict | list):
+            lines.append(f"{key.replace('_', ' ')}: {json.dumps(value)}")
+        else:
+            lines.append(f"{key.replace('_', ' ')}: {value}")
+    return lines
 
 
 def _init(args: argparse.Namespace) -> int:
@@ -459,12 +544,14 @@ def _validate(args: argparse.Namespace) -> int:
         who = f"worker {cfg.worker}: " if cfg.worker else ""
         findings = validate.run(cfg)
         for f in findings:
-            if f.ok:
+            if f.skipped:
+                print(f"skipped  {who}{f.check}: {f.text}")
+            elif f.ok:
                 print(f"ok  {who}{f.check}: {f.text}")
             else:
                 worst = 2
-                _fail(f"autotune: error: {who}{f.text}", 2)
-        if all(f.ok for f in findings):
+                _fail(f"autotune: error: {who}{f.check}: {f.text}", 2)
+        if all(f.ok and not f.skipped for f in findings):
             print(
                 f"{cfg.source}: {who}ok ({cfg.space_source}: {cfg.space.size()} configs; "
                 f"unit {cfg.target.unit}; deploy {cfg.target.deploy})"

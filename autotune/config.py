@@ -16,6 +16,7 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 from autotune import resources, yamlfile
+from autotune.bench import defaults as bench_defaults
 from autotune.engines import engine_names
 from autotune.errors import ConfigError
 from autotune.space import ENUMERABLE_LIMIT, SearchSpace, load_space, space_from_dict
@@ -76,18 +77,23 @@ class TargetConfig:
     systemd: Mapping[str, Any] = field(default_factory=dict)
     unit_copy: Path | None = None
     """A local copy of the host's unit (`autotune init` writes it): validate compares."""
+    tunnel: bool | None = None
+    """deploy: ssh: reach the server through the SSH link (a local forward to the host's
+    loopback). None: when base_url is not set and the unit listens on loopback."""
+    base_url_set: bool = True
+    """base_url was written in the config (False: the default, or the SSH link's)."""
 
 
 @dataclass(frozen=True)
 class BenchmarkConfig:
-    concurrency: tuple[int, ...] = (1, 16, 64)
-    workload: str = "natural"
-    max_tokens: int = 256
-    min_duration: float = 5.0
-    max_duration: float = 30.0
-    ci_width: float | None = 0.02
+    concurrency: tuple[int, ...] = bench_defaults.CONCURRENCY
+    workload: str = bench_defaults.WORKLOAD
+    max_tokens: int = bench_defaults.MAX_TOKENS
+    min_duration: float = bench_defaults.MIN_DURATION
+    max_duration: float = bench_defaults.MAX_DURATION
+    ci_width: float | None = bench_defaults.CI_WIDTH
     warmup_requests: int | None = None
-    endpoint: str = "chat"
+    endpoint: str = bench_defaults.ENDPOINT
     finalists: int = 3
     finalist_rounds: int = 4  # the most; rounds stop once the leader is clear
     request_rate: tuple[float, ...] = ()
@@ -490,7 +496,13 @@ def _target(s: _Section, base_dir: Path) -> TargetConfig:
     unit = unit or unit_file.name
     if not unit.endswith(".service") or "/" in unit:
         raise s.error("unit", f"must be a unit name like sglang.service, got {unit!r}")
+    base_url_set = s.get("base_url") is not None
     base_url = s.str("base_url", "http://127.0.0.1:30000")
+    tunnel = s.get("tunnel")
+    if tunnel is not None and not isinstance(tunnel, bool):
+        raise s.error("tunnel", f"must be true or false (or left out), got {_show(tunnel)}")
+    if tunnel and deploy != "ssh":
+        raise s.error("tunnel", f"only applies to deploy: ssh (deploy is {deploy})")
     parsed = urlparse(base_url)
     if parsed.scheme not in ("http", "https") or not parsed.hostname:
         raise s.error("base_url", f"must be a URL like http://127.0.0.1:30000; got {base_url!r}")
@@ -519,6 +531,8 @@ def _target(s: _Section, base_dir: Path) -> TargetConfig:
         gpu_wait=gpu_wait,
         systemd=dict(systemd or {}),
         unit_copy=_local_path(base_dir, s.str("unit_copy")) if s.get("unit_copy") else None,
+        tunnel=tunnel,
+        base_url_set=base_url_set,
     )
     s.finish()
     _check_deploy_settings(out, s.file)

@@ -264,7 +264,7 @@ def test_unit_without_exec_start(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert code == 2
     # One problem, one line, naming its file.
     assert err.splitlines() == [
-        f"autotune: error: {tmp_path / 'sim.service'}: ExecStart: no ExecStart= in [Service]"
+        f"autotune: error: unit: {tmp_path / 'sim.service'}: ExecStart: no ExecStart= in [Service]"
     ]
 
 
@@ -275,7 +275,8 @@ def test_a_unit_that_is_not_an_ini_file_is_named(
     code, err = _validate(path, capsys)
     assert code == 2
     assert err.splitlines() == [
-        f"autotune: error: {tmp_path / 'sim.service'}: [Service]: the unit has no [Service] section"
+        f"autotune: error: unit: {tmp_path / 'sim.service'}: [Service]: "
+        "the unit has no [Service] section"
     ]
 
 

@@ -16,7 +16,7 @@ import yaml
 
 from autotune.engines import get_engine
 from autotune.engines.host import host_failure
-from tests.e2e import autotune, status, stop_process, study_dir, wait_http
+from tests.e2e import REPO, autotune, status, stop_process, study_dir, wait_http
 
 
 def _quick(config: Path, n_trials: int = 1) -> None:
@@ -72,23 +72,50 @@ def test_a_server_autotune_did_not_start_holds_the_port(tmp_path: Path) -> None:
     assert done[0]["value"] > 0
 
 
-def test_a_unit_whose_module_is_missing_stops_the_study(tmp_path: Path) -> None:
+def test_a_unit_whose_module_is_missing_stops_the_study_before_a_deployment(
+    tmp_path: Path,
+) -> None:
     config = study_dir(tmp_path)
     _quick(config)
     unit = tmp_path / "sim.service"
     working = unit.read_text()
     unit.write_text(working.replace("-m autotune.sim", "-m autotune_not_installed.launch_server"))
+    # Said by the program itself, asked for its --help before anything is deployed.
+    checked = autotune("validate", "--config", str(config), cwd=tmp_path, timeout=120)
+    assert checked.returncode != 0, checked.stdout + checked.stderr
+    assert "No module named 'autotune_not_installed'" in checked.stdout + checked.stderr
     proc = autotune("start", "--config", str(config), cwd=tmp_path, timeout=120)
     assert proc.returncode == 3, proc.stderr[-3000:]
     line = _last_line(proc)
     assert "No module named 'autotune_not_installed'" in line and "[module_missing]" in line
     assert "install it in the Python environment" in line
+    assert "-m autotune_not_installed.launch_server --help" in line
+    assert "deploying" not in proc.stderr and "Traceback" not in proc.stderr
     assert _infeasible(config) == []
     unit.write_text(working)  # fixed: the study resumes and measures the unit as it is
     again = autotune("start", "--config", str(config), cwd=tmp_path, timeout=180)
     assert again.returncode == 0, again.stderr[-3000:]
     done = [t for t in status(config)["trials"] if t["state"] == "COMPLETE"]
     assert len(done) == 1 and done[0]["feasible"] is True and done[0]["value"] > 0
+
+
+def test_a_space_flag_the_installed_server_lacks_is_refused_before_a_deployment(
+    tmp_path: Path,
+) -> None:
+    """The simulator's --help, like SGLang's, names every flag it has; a typo in the space
+    is found by asking it, not after a model load."""
+    space = yaml.safe_load((REPO / "search_spaces" / "sglang-mtp.yaml").read_text())
+    space["params"]["speculative_num_steps"]["flag"] = "--speculative-num-stepz"
+    config = study_dir(tmp_path, space=space, flags="--speculative-eagle-topk 1")
+    _quick(config)
+    for verb in ("validate", "start"):
+        proc = autotune(verb, "--config", str(config), cwd=tmp_path, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr[-3000:]
+        said = proc.stdout + proc.stderr
+        assert "params.speculative_num_steps.flag" in said, said
+        assert "--speculative-num-stepz: this SGLang does not have it" in said, said
+        assert "Traceback" not in said and "deploying" not in said
+    assert status(config)["trials"] == []
 
 
 def test_a_unit_whose_program_does_not_exist_is_refused_before_a_trial(tmp_path: Path) -> None:

@@ -89,6 +89,6 @@ def test_the_wheel_runs_init_and_validate_without_the_checkout(tmp_path: Path) -
     unit = target / "autotune" / "_data" / "examples" / "sglang-sim.service"
     init = autotune("init", "--unit-file", str(unit), "--out", str(work))
     assert init.returncode == 0, init.stderr
-    assert "search_space: sglang-mtp.yaml" in (work / "autotune.yaml").read_text()
+    assert "search_space: sglang-eagle.yaml" in (work / "autotune.yaml").read_text()
     assert "configs; unit sglang-sim.service" in init.stdout  # the built-in space was found
     assert not (work / "autotune.db").exists()  # validate creates nothing

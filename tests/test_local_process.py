@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from autotune.deploy.base import Deployer
-from autotune.deploy.local_process import LocalProcessDeployer
+from autotune.deploy.local_process import LocalProcessDeployer, program_words
 from autotune.errors import ConfigError
 from autotune.unit.unitfile import patch_unit, quote_word
 
@@ -352,3 +352,54 @@ def test_the_demo_unit_runs_the_simulator_from_this_virtualenv(
     d.close()  # KillSignal=SIGINT from the unit
     assert time.monotonic() - started < 5
     assert not alive(pid)
+
+
+@pytest.mark.parametrize(
+    ("argv", "program"),
+    [
+        (["/usr/bin/env", "autotune", "sim", "--tp", "4"], ["/usr/bin/env", "autotune", "sim"]),
+        (["/usr/bin/env", "llama-server", "-m", "x.gguf"], ["/usr/bin/env", "llama-server"]),
+        (
+            ["python3", "-m", "sglang.launch_server", "--model-path", "m"],
+            ["python3", "-m", "sglang.launch_server"],
+        ),
+        (
+            ["/v/bin/python3.11", "-u", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"],
+            ["/v/bin/python3.11", "-u", "-m", "vllm.entrypoints.openai.api_server"],
+        ),
+        (
+            ["/usr/bin/env", "python3", "serve.py", "--port", "1"],
+            ["/usr/bin/env", "python3", "serve.py"],
+        ),
+        (["sglang", "serve", "--model-path", "m"], ["sglang", "serve"]),
+    ],
+)
+def test_the_program_is_the_command_before_its_own_flags(
+    argv: list[str], program: list[str]
+) -> None:
+    assert program_words(argv) == program
+
+
+def test_the_program_is_asked_with_the_units_environment(
+    make: Callable[..., LocalProcessDeployer], tmp_path: Path
+) -> None:
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import os, sys\nprint(os.environ['ASKED'], os.getcwd(), *sys.argv[1:])\n"
+        "sys.exit(0 if sys.argv[1:] == ['--help'] else 4)\n"
+    )
+    text = (
+        f"[Service]\nEnvironment=ASKED=yes\nWorkingDirectory={tmp_path}\n"
+        f"ExecStart={PY} -u {script} --port 1\n"
+    )
+    answer = make(text).program_output(["--help"])
+    assert answer.exit_code == 0 and answer.command == [sys.executable, "-u", str(script)]
+    assert answer.text.split() == ["yes", str(tmp_path), "--help"]
+    assert make(text).program_output(["--version"]).exit_code == 4
+    with pytest.raises(ConfigError, match="no-such-server is not an executable file"):
+        make(f"[Service]\nExecStart={tmp_path}/no-such-server --port 1\n").program_output([])
+    broken = tmp_path / "not-a-program"
+    broken.write_bytes(b"\x00\x01 no interpreter line")
+    broken.chmod(0o755)
+    refused = make(f"[Service]\nExecStart={broken} --port 1\n").program_output(["--help"])
+    assert refused.exit_code == 126 and "Exec format error" in refused.text

@@ -95,7 +95,7 @@ def test_kill_9_mid_benchmark_then_start_again(tmp_path: Path, host: FakeSystemd
     config, port = _systemd_study(tmp_path, host, n_trials=4)
     daemon = Daemon("--config", str(config), cwd=tmp_path)
     try:
-        daemon.wait_for("trial 2/4", "benchmarking")
+        daemon.wait_for("trial 2 of 4", "benchmarking")
     finally:
         daemon.kill()
 
@@ -125,7 +125,7 @@ def test_sigterm_during_a_level_exits_cleanly(tmp_path: Path, host: FakeSystemdH
     config, port = _systemd_study(tmp_path, host, n_trials=6)
     daemon = Daemon("--config", str(config), cwd=tmp_path)
     try:
-        daemon.wait_for("trial 2/6", "benchmarking")
+        daemon.wait_for("trial 2 of 6", "benchmarking")
         daemon.signal(signal.SIGTERM)
         assert daemon.wait(timeout=120) == 0, daemon.log[-3000:]
     finally:
@@ -152,7 +152,7 @@ def test_second_worker_on_the_same_host_is_refused(tmp_path: Path, host: FakeSys
     config, _ = _systemd_study(tmp_path, host, n_trials=3)
     first = Daemon("--config", str(config), cwd=tmp_path)
     try:
-        first.wait_for("trial 1/3")
+        first.wait_for("trial 1 of 3")
         second = autotune("start", "--config", str(config), cwd=tmp_path, timeout=60)
         assert second.returncode == 1
         assert "another autotune is deploying to this host" in second.stderr

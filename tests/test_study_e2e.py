@@ -19,7 +19,7 @@ def test_small_study_end_to_end_and_resume(tmp_path: Path) -> None:
     config = study_dir(tmp_path, n_trials=4)
     proc = autotune("start", "--config", str(config), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "trial 1/4" in proc.stderr and "trial 4/4" in proc.stderr
+    assert "trial 1 of 4" in proc.stderr and "trial 4 of 4" in proc.stderr
     assert "level done" in proc.stderr  # progress a person can watch
 
     s = status(config)
@@ -190,7 +190,7 @@ def test_a_second_worker_on_the_same_local_server_is_refused(tmp_path: Path) -> 
     config = study_dir(tmp_path, n_trials=3, sim_flags="--sim-load-time 1")
     first = Daemon("--config", str(config), cwd=tmp_path)
     try:
-        first.wait_for("trial 1/3")
+        first.wait_for("trial 1 of 3")
         second = autotune("start", "--config", str(config), cwd=tmp_path, timeout=60)
         assert second.returncode == 1, second.stderr
         assert "is already driven by pid" in second.stderr
@@ -204,18 +204,15 @@ def test_a_second_worker_on_the_same_local_server_is_refused(tmp_path: Path) -> 
 
 
 def test_start_status_and_report_say_how_long_the_rest_will_take(tmp_path: Path) -> None:
-    config = study_dir(tmp_path, n_trials=3)
+    config = study_dir(tmp_path, n_trials=3, space="sglang-eagle.yaml")
     first = autotune("start", "--config", str(config), "--n-trials", "2", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     # After the baseline: one more trial of this run's two, at the pace of the first.
-    assert "time left:" in first.stderr and "1 trial left at about" in first.stderr
+    assert "time left:" in first.stderr and "1 deployment left at about" in first.stderr
     shown = autotune("status", "--config", str(config), cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     line = next(x for x in shown.stdout.splitlines() if x.startswith("time: "))
-    assert "spent; 1 trial left at about" in line and "ending about" in line, line
-    timing = status(config)["time"]
-    assert timing["remaining"] == 1 and 0 < timing["per_trial_s"] < 60
-    assert timing["left_s"] == timing["per_trial_s"]  # no finalists in this study
+    assert "spent; budget spent" in line, line  # --n-trials 2 is the study's total now
     report = autotune("report", "--config", str(config), "--out", str(tmp_path), cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert "Time: " in Path(report.stdout.strip()).read_text()
@@ -234,6 +231,14 @@ def test_start_status_and_report_say_how_long_the_rest_will_take(tmp_path: Path)
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "before_deadline" in again.stderr
+    # Stopped by the deadline: paused, with the budget's trials left (427 configs, most
+    # untried).
+    timing = status(config)["time"]
+    assert timing["paused_since"] is not None and 0 < timing["per_trial_s"] < 60
+    finished = [t for t in status(config)["trials"] if t["state"] in ("COMPLETE", "PRUNED")]
+    assert timing["remaining"] == 40 - len(finished), timing
+    line = autotune("status", "--config", str(config), cwd=tmp_path).stdout
+    assert "paused since" in line and "once resumed" in line and "ending about" not in line
 
 
 def test_relative_sqlite_path_follows_the_config_and_readers_create_nothing(
@@ -305,11 +310,11 @@ def test_a_terminal_shows_one_live_status_line_and_status_shows_it_too(tmp_path:
     text = out.decode(errors="replace")
     assert "\r\x1b[K" in text  # the line is redrawn in place
     # The baseline is the unit's own flags (study_dir's: steps 3, topk 1, draft 4).
-    baseline = "trial 1/2 (#0) · num_steps=3 eagle_topk=1 num_draft_tokens=4"
+    baseline = "trial 1 of 2 (study trial #0) · num_steps=3 eagle_topk=1 num_draft_tokens=4"
     assert f"{baseline} · loading (" in text
     assert re.search(re.escape(f"{baseline} · level 1/2 (c=1, measuring) · ") + r"\d+ tok/s", text)
     assert "benchmarking" not in text  # no periodic progress lines on a terminal
-    assert seen_now.startswith("now: trial 1/2 (#0)"), seen_now
+    assert seen_now.startswith("now: trial 1 of 2 (study trial #0)"), seen_now
     assert text.rstrip().endswith("\x1b[K") or "\r\x1b[K" in text[-200:]  # cleared at exit
 
 

@@ -7,6 +7,9 @@ flag (`--draft-depth`) and serves through the simulator.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -18,6 +21,7 @@ import pytest
 import yaml
 
 from autotune import cli, engines
+from autotune.deploy import ports
 from autotune.engines import Counters, Failure, ServerInfo, get_json
 from tests.e2e import REPO, free_port
 
@@ -50,8 +54,10 @@ class ToyEngine:
     name = "toy"
     algorithm_flag = "--draft-depth"
     default_port = 31000
+    default_host = "127.0.0.1"
     launch_hint = "toyserve (toyserve.py)"
     init_constraints: tuple[tuple[str, int], ...] = ()
+    concurrency_flags: tuple[str, ...] = ()
 
     def __init__(self, space: Path) -> None:
         self.space = space
@@ -144,7 +150,15 @@ def test_a_registered_engine_runs_init_validate_and_start(
     config["target"]["ready_timeout"] = 60
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     assert cli.main(["validate", "--config", str(config_path)]) == 0
-    assert cli.main(["start", "--config", str(config_path), "--n-trials", "2"]) == 0
+    try:
+        assert cli.main(["start", "--config", str(config_path), "--n-trials", "2"]) == 0
+        # init wrote on_finish: apply-best: the winner still serves after autotune exits.
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+    finally:
+        for holder in ports.holders(port):
+            if holder.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(holder.pid, signal.SIGKILL)
     # `init` wrote sqlite:///autotune.db: beside the config.
     storage = f"sqlite:///{out / 'autotune.db'}"
     study = optuna.load_study(study_name=config["study"]["name"], storage=storage)

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn, TextIO
 
 from autotune import log
+from autotune.bench import defaults as d
 from autotune.bench.protocol import ENDPOINTS
 from autotune.bench.result import LevelResult, LevelSettings
 from autotune.bench.runner import LevelFailed, run_level
@@ -36,28 +37,43 @@ def _parser() -> _Parser:
         ),
     )
     p.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:30000")
+    # A study's own defaults (`benchmark:` in autotune.yaml), so that a benchmark by hand
+    # measures what a trial measures.
+    levels = ",".join(str(c) for c in d.CONCURRENCY)
     p.add_argument(
         "--concurrency",
-        default="1,16,64",
+        default=levels,
         type=_concurrencies,
-        help="comma-separated concurrency levels (default 1,16,64)",
+        help=f"comma-separated concurrency levels (default {levels})",
     )
     p.add_argument(
         "--workload",
-        default="natural",
-        help="natural (default) | greedy (upper bound) | random[:N] | FILE.jsonl",
+        default=d.WORKLOAD,
+        help=f"natural | greedy (upper bound) | random[:N] | FILE.jsonl (default {d.WORKLOAD})",
     )
-    p.add_argument("--max-tokens", type=_positive_int, default=512, help="default 512")
-    p.add_argument("--min-duration", type=_positive_float, default=5.0, help="seconds, default 5")
-    p.add_argument("--max-duration", type=_positive_float, default=60.0, help="seconds, default 60")
+    p.add_argument(
+        "--max-tokens", type=_positive_int, default=d.MAX_TOKENS, help=f"default {d.MAX_TOKENS}"
+    )
+    p.add_argument(
+        "--min-duration",
+        type=_positive_float,
+        default=d.MIN_DURATION,
+        help=f"seconds, default {d.MIN_DURATION:g}",
+    )
+    p.add_argument(
+        "--max-duration",
+        type=_positive_float,
+        default=d.MAX_DURATION,
+        help=f"seconds, default {d.MAX_DURATION:g}",
+    )
     p.add_argument(
         "--ci-width",
         type=_ci_width,
-        default=0.02,
-        help="stop when the 95%% CI half-width is within this fraction (default 0.02; "
+        default=d.CI_WIDTH,
+        help=f"stop when the 95%% CI half-width is within this fraction (default {d.CI_WIDTH}; "
         "0 = always run --min-duration)",
     )
-    p.add_argument("--endpoint", choices=tuple(ENDPOINTS), default="chat")
+    p.add_argument("--endpoint", choices=tuple(ENDPOINTS), default=d.ENDPOINT)
     p.add_argument("--model", default=None, help="model name (default: first of /v1/models)")
     p.add_argument("--api-key", default=None, help=f"bearer token (default: ${API_KEY_ENV} if set)")
     p.add_argument("--timeout", type=_positive_float, default=300.0, help="per request, s")

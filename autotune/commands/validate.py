@@ -31,31 +31,68 @@ class Finding:
     check: str
     ok: bool
     text: str  # what was seen, or the problem with where to fix it
+    skipped: bool = False  # not run: `text` says what it needs
+
+
+class Skipped(Exception):
+    """A check that cannot run now; its message says what it needs."""
 
 
 def run(cfg: Config) -> list[Finding]:
-    """Every check, in the order an operator would fix them."""
+    """Every check that can run, in the order an operator would fix them; the ones that
+    cannot (the host is unreachable) are listed as skipped, with why."""
     findings: list[Finding] = []
 
     def check(name: str, fn: Callable[[], str]) -> None:
         try:
             findings.append(Finding(name, True, fn()))
+        except Skipped as why:
+            findings.append(Finding(name, True, str(why), skipped=True))
         except AutotuneError as exc:
             findings.append(Finding(name, False, str(exc)))
+
+    def skip(name: str, why: str) -> None:
+        findings.append(Finding(name, True, why, skipped=True))
 
     check("storage", lambda: _storage(cfg))
     check("disk", lambda: _disk(cfg))
     check("api key", lambda: _api_key(cfg))
     unit_text: list[str] = []
     check("target", lambda: _target(cfg, unit_text))
-    if unit_text:
-        if cfg.target.unit_copy is not None:
-            check("unit copy", lambda: _unit_copy(cfg, unit_text[0]))
-        check("unit", lambda: _unit(cfg, unit_text[0]))
-        if _parses(unit_text[0]):
+    text = unit_text[0] if unit_text else _copy(cfg)
+    if text is None:
+        why = "needs the host's unit (the target check failed, and there is no unit_copy)"
+        for name in ("unit", "server"):
+            skip(name, why)
+    else:
+        if cfg.target.unit_copy is not None and unit_text:
+            check("unit copy", lambda: _unit_copy(cfg, text))
+        elif not unit_text:
+            skip("unit copy", "needs the host (the target check failed)")
+        check("unit", lambda: _unit(cfg, text, from_copy=not unit_text))
+        if _parses(text):
             # A unit that does not parse was said once, above: one problem, one line.
-            check("server", lambda: _server(cfg, unit_text[0]))
+            check("server", lambda: _server(cfg, text, probe=bool(unit_text)))
+    check("estimate", lambda: _estimate(cfg))
     return findings
+
+
+def _copy(cfg: Config) -> str | None:
+    """The local copy of the host's unit (`target.unit_copy`), to check while the host
+    cannot be reached."""
+    copy = cfg.target.unit_copy
+    if copy is None:
+        return None
+    try:
+        return copy.read_text()
+    except OSError:
+        return None
+
+
+def _estimate(cfg: Config) -> str:
+    from autotune.run import eta
+
+    return eta.before_start(cfg)
 
 
 def _parses(text: str) -> bool:
@@ -163,7 +200,7 @@ def _unit_copy(cfg: Config, text: str) -> str:
     )
 
 
-def _unit(cfg: Config, text: str) -> str:
+def _unit(cfg: Config, text: str, *, from_copy: bool = False) -> str:
     """The unit parses, speculation is on, the tuned flags land where the server reads them."""
     from autotune.run.checks import check_flags, check_unit
     from autotune.run.deployment import deployer_for
@@ -184,39 +221,55 @@ def _unit(cfg: Config, text: str) -> str:
     if cfg.target.deploy == "local-process":
         deployer = deployer_for(cfg)
         try:
-            check_flags(cfg, deployer, text)
+            check_flags(cfg, deployer, quiet=True)
         finally:
             deployer.close()
     present = sorted(f for f in tuned if f in flags)
     algorithm = flags.get(engine.algorithm_flag) or "(tuned)"
+    seen = f" (checked on the copy {cfg.target.unit_copy}: the host's could not be read)"
     return (
         f"{cfg.target.unit}: {engine.algorithm_flag} {algorithm}; "
         f"tuned flags in ExecStart now: {', '.join(present) or 'none (added per trial)'}"
+        + (seen if from_copy else "")
     )
 
 
-def _server(cfg: Config, text: str) -> str:
-    """The benchmark must reach the server from here, not only from the GPU host."""
+def _server(cfg: Config, text: str, *, probe: bool = True) -> str:
+    """The benchmark must reach the server from here, not only from the GPU host: directly,
+    or through the SSH link when the unit listens on the host's loopback."""
+    from autotune.run import address
+
     url = cfg.target.base_url
-    flags = unitfile.parse_exec_start(text, source=str(cfg.target.unit_file)).flags()
-    listens = flags.get("--host")
-    here = urlparse(url).hostname or ""
-    loopback = ("127.0.0.1", "localhost", "::1")
-    if (
-        cfg.target.deploy == "ssh"
-        and here not in loopback
-        and (listens in loopback or listens is None)
-    ):
-        heard = listens or "127.0.0.1 (the default)"
-        raise ConfigError(
-            str(cfg.target.unit_file),
-            "ExecStart",
-            f"the server listens on {heard} only, so {url} cannot reach it from here: "
-            "add --host 0.0.0.0 (or the host's address) to ExecStart, or reach it through "
-            "an SSH tunnel and set target.base_url to the tunnel's end",
-        )
     if cfg.target.deploy == "local-process":
         return f"{url}: started by autotune itself (checked at the first trial)"
+    host, port = address.listens(cfg, text)
+    here = urlparse(url).hostname or ""
+    through_link = address.tunnels(cfg, text)
+    if (
+        cfg.target.deploy == "ssh"
+        and not through_link
+        and cfg.target.base_url_set
+        and here not in address.LOOPBACK
+        and host in address.LOOPBACK
+    ):
+        raise ConfigError(
+            cfg.source,
+            "target.base_url",
+            f"the server listens on {host} only, so {url} cannot reach it from here: remove "
+            "target.base_url, and autotune reaches it through the SSH link (a local forward "
+            "over its own connection; the unit stays as it is)",
+        )
+    if not probe:
+        raise Skipped("whether the server answers needs the host (the target check failed)")
+    if not through_link and cfg.target.deploy == "ssh" and not cfg.target.base_url_set:
+        url = f"http://{cfg.target.ssh['host']}:{port}"
+    if through_link:
+        return _probe_through_link(cfg, text)
+    got = _probe(cfg, url, "target.base_url")
+    return f"{url}: answers (HTTP {got})"
+
+
+def _probe(cfg: Config, url: str, key: str) -> int:
     try:
         for path in get_engine(cfg.target.engine).ready_paths():
             got = httpx.get(url.rstrip("/") + path, timeout=5)
@@ -225,8 +278,21 @@ def _server(cfg: Config, text: str) -> str:
     except httpx.HTTPError as exc:
         raise ConfigError(
             cfg.source,
-            "target.base_url",
+            key,
             f"nothing answers at {url} from here ({type(exc).__name__}: {exc}); "
             "is the server running, and is its port open to this machine?",
         ) from None
-    return f"{url}: answers (HTTP {got.status_code})"
+    return got.status_code
+
+
+def _probe_through_link(cfg: Config, text: str) -> str:
+    from autotune.run import address
+    from autotune.run.deployment import deployer_for
+
+    deployer = deployer_for(cfg)
+    try:
+        reached = address.resolve(cfg, deployer, text)
+        got = _probe(cfg, reached.url, "target.tunnel")
+    finally:
+        deployer.close()
+    return f"answers (HTTP {got}) {reached.how}"

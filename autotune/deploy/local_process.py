@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import getpass
 import os
 import re
@@ -302,31 +303,56 @@ class LocalProcessDeployer:
 
     # ------------------------------------------------------------------ extras
 
-    def program_output(self, args: list[str], timeout: float = 60.0) -> str | None:
-        """Run the unit's program (its command up to the first flag) with `args`: what it
-        printed, stdout then stderr; None if it cannot run or exits non-zero. Asks the
-        installed server, say, which flags it has (`--help`) without starting it."""
+    def program_output(self, args: list[str], timeout: float = 300.0) -> ProgramOutput:
+        """Run the unit's program (its command up to the first flag) with `args`, with the
+        unit's environment and working directory: asks the installed server, say, which
+        flags it has (`--help`) without starting it."""
         command = self._prepare(self.original_unit())
-        head = [command.argv[0]]
-        for word in command.argv[1:]:
-            if word.startswith("-"):
-                break
-            head.append(word)  # `/usr/bin/env llama-server`: the program is the second word
-        try:
-            done = subprocess.run(
-                [*head, *args],
-                executable=command.executable,
-                env=command.env,
-                cwd=command.cwd,
-                capture_output=True,
-                timeout=timeout,
-                stdin=subprocess.DEVNULL,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        if done.returncode != 0:
-            return None
-        return done.stdout.decode(errors="replace") + done.stderr.decode(errors="replace")
+        head = program_words(command.argv)
+        with tempfile.TemporaryFile() as out:
+            try:
+                proc = subprocess.Popen(
+                    [*head, *args],
+                    executable=command.executable,
+                    env=command.env,
+                    cwd=command.cwd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                # What a shell would say, so that the host's failure reads the same either way.
+                code = 126 if exc.errno in (errno.EACCES, errno.ENOEXEC) else 127
+                return ProgramOutput(head, code, f"{command.executable}: {exc.strerror}")
+            why = self._wait_for_answer(proc, timeout)
+            out.seek(0)
+            text = out.read().decode(errors="replace")
+        if why is not None:
+            return ProgramOutput(head, None, why)
+        return ProgramOutput(head, proc.returncode, text)
+
+    def _wait_for_answer(self, proc: subprocess.Popen[bytes], timeout: float) -> str | None:
+        """Until `proc` exits; None then. A program that outlasts `timeout`, or that starts
+        serving on the unit's port instead (a wrapper script that drops its arguments), is
+        stopped with its whole group, and the reason returned."""
+        deadline = time.monotonic() + timeout
+        why = None
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                why = f"no answer within {timeout:.0f} s"
+            elif self.port is not None and any(
+                h.pid is not None and ports.in_group(h.pid, proc.pid)
+                for h in ports.holders(self.port)
+            ):
+                why = f"it started serving on port {self.port} instead of answering"
+            if why is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                return why
+            time.sleep(0.2)
+        return None
 
     @property
     def pid(self) -> int | None:
@@ -387,6 +413,42 @@ class LocalProcessDeployer:
             stop_timeout=_stop_timeout(unit_text, name),
             exec_start=exec_start,
         )
+
+
+@dataclass(frozen=True)
+class ProgramOutput:
+    """What the unit's program printed when asked, say, for its `--help`."""
+
+    command: list[str]
+    exit_code: int | None  # None: it gave no answer within the timeout
+    text: str  # stdout then stderr; or why it could not run
+
+
+def program_words(argv: Sequence[str]) -> list[str]:
+    """The words of ExecStart that name the program, before its own flags:
+    `/usr/bin/env llama-server`, `autotune sim`, `python3 -u -m sglang.launch_server`."""
+    head = [argv[0]]
+    rest = list(argv[1:])
+    python = _is_python(argv[0])
+    while rest:
+        word = rest.pop(0)
+        if word.startswith("-"):
+            if not python:
+                break
+            head.append(word)  # the interpreter's own options, up to `-m MODULE`
+            if word == "-m" and rest:
+                head.append(rest.pop(0))
+                break
+            continue
+        head.append(word)
+        if python:
+            break  # `python3 server.py`: what follows is the script's
+        python = _is_python(word)  # `/usr/bin/env python3 -m …`
+    return head
+
+
+def _is_python(word: str) -> bool:
+    return re.fullmatch(r"python[\d.]*", Path(word).name) is not None
 
 
 @dataclass(frozen=True)

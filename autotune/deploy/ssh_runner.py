@@ -228,6 +228,14 @@ class SSHRunner:
         """Open the connection now (it is opened lazily otherwise). Raises DeployError."""
         self._connected_client()
 
+    def transport(self) -> paramiko.Transport:
+        """The live connection, reconnecting as a command would (DeployError when it cannot):
+        what a tunnel opens its channels on."""
+        transport = self._connected_client().get_transport()
+        if transport is None:
+            raise DeployError(f"the SSH connection to {self.description} has no transport")
+        return transport
+
     def _secret(self) -> str | None:
         return os.environ.get(self.settings.passphrase_env) or None
 

@@ -22,6 +22,7 @@ from autotune.deploy.gpu_wait import GpuWaitSettings, gpu_processes, wait_for_fr
 from autotune.deploy.hostfiles import SH, SUDO, HostFiles, check_path
 from autotune.deploy.lock import HostLock, owner_text
 from autotune.deploy.runner import Result, Runner
+from autotune.deploy.tunnel import Tunnel
 from autotune.errors import DeployError
 
 UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
@@ -229,6 +230,19 @@ class SystemdDeployer:
         """The TCP port the server listens on: whoever holds it once it answers must be the
         unit's main process or one of its children."""
         self._log = log.get(__name__).bind(unit=settings.unit, target=runner.description)
+        self.tunnel: Tunnel | None = None
+
+    def forward(self, port: int, host: str = "127.0.0.1") -> Tunnel | None:
+        """A local forward to `host:port` as the host sees it, over this deployer's SSH
+        connection (opened once, closed with the deployer); None where there is no SSH
+        link (this machine's systemd: the server is reached directly)."""
+        if not hasattr(self._runner, "transport"):
+            return None
+        if self.tunnel is None:
+            tunnel = Tunnel(self._runner, port, host)  # type: ignore[arg-type]
+            tunnel.open()
+            self.tunnel = tunnel
+        return self.tunnel
 
     # -- commands -------------------------------------------------------------
 
@@ -469,6 +483,8 @@ class SystemdDeployer:
         try:
             self._lock.release()
         finally:
+            if self.tunnel is not None:
+                self.tunnel.close()
             self._runner.close()
 
     def __enter__(self) -> SystemdDeployer:

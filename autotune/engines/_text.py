@@ -36,6 +36,16 @@ def clip(text: str) -> str:
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 1] + "…"
 
 
+_OPTION = re.compile(r"(?<![\w-])--[A-Za-z0-9][\w-]*")
+
+
+def argparse_flags(help_text: str) -> set[str]:
+    """Every long option an argparse `--help` names. Its usage lines list each option the
+    parser has (also those a grouped help, as vLLM's, leaves out of the body), so a flag
+    missing here is one the program would refuse."""
+    return set(_OPTION.findall(help_text))
+
+
 _SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(?:\{[^}]*\})? ([-+0-9.eE]+|nan|inf)\s*$", re.MULTILINE)
 
 

@@ -139,10 +139,15 @@ class Engine(Protocol):
     name: str
     default_port: int
     """Where the server listens when its unit does not say (`autotune init`)."""
+    default_host: str
+    """The address it listens on without `--host` ("" for every interface)."""
     launch_hint: str
     """What its launch command looks like, for the line that says none was recognised."""
     init_constraints: tuple[tuple[str, int], ...]
     """`objective.constraints` a first config (`autotune init`) starts with."""
+    concurrency_flags: tuple[str, ...]
+    """Unit flags that cap how many requests the server runs at once: `autotune init` keeps
+    its benchmark levels and floor within the smallest the unit sets."""
 
     def launched_by(self, argv: list[str]) -> bool:
         """True when `argv` (a unit's ExecStart, split as systemd splits it) starts this

@@ -127,8 +127,10 @@ class LlamaCppEngine:
     #: set it) tunes knobs the server ignores.
     algorithm_flag = "--spec-type"
     default_port = 8080
+    default_host = "127.0.0.1"  # common/common.h: hostname
     launch_hint = "llama.cpp (llama-server)"
     init_constraints: tuple[tuple[str, int], ...] = ()
+    concurrency_flags = ("--parallel", "-np")
 
     def __init__(self, *, timeout: float = 10.0) -> None:
         self.timeout = timeout

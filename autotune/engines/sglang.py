@@ -19,7 +19,7 @@ import httpx
 
 from autotune.engines import sglang_facts as facts
 from autotune.engines._http import get_json, open_client
-from autotune.engines._text import clip, describe_exit, opt_int, prometheus
+from autotune.engines._text import argparse_flags, clip, describe_exit, opt_int, prometheus
 from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.engines.host import host_failure
 from autotune.errors import ServerFailed
@@ -139,10 +139,14 @@ class SGLangEngine:
     #: set it) tunes knobs the server ignores.
     algorithm_flag = "--speculative-algorithm"
     default_port = 30000
+    default_host = "127.0.0.1"  # ServerArgs.host
     launch_hint = "SGLang (python -m sglang.launch_server, sglang serve)"
     #: A speculative config that leaves too few running requests is no win for a server
     #: under load; 16 is where the seed's operator drew the line.
     init_constraints = (("min_running_requests", 16),)
+    #: A batch above --cuda-graph-max-bs runs without CUDA graphs: a level beyond it measures
+    #: a server the operator does not run.
+    concurrency_flags = ("--max-running-requests", "--cuda-graph-max-bs")
 
     def __init__(self, *, timeout: float = 10.0) -> None:
         self.timeout = timeout
@@ -156,11 +160,15 @@ class SGLangEngine:
 
     def default_space(self, flags: dict[str, str | None]) -> tuple[str, str]:
         algorithm = (flags.get("--speculative-algorithm") or "").upper()
-        topk = flags.get("--speculative-eagle-topk")
-        if algorithm in ("NEXTN", "MTP") or topk == "1":
-            chains = f"{algorithm or 'no algorithm'} with topk {topk or '1'}: chains"
-            return "sglang-mtp.yaml", f"{chains} (sglang-eagle.yaml also tries trees)"
-        why = f"{algorithm or 'no algorithm set'}: steps, topk and draft tokens"
+        if algorithm == "NGRAM":
+            return "sglang-ngram.yaml", "NGRAM: draft tokens and the trie's breadth and depth"
+        if "--speculative-adaptive" in flags:
+            # The adaptive controller falls back to static steps unless topk is 1.
+            return "sglang-adaptive.yaml", "adaptive speculation runs chains only (topk 1)"
+        # NEXTN runs as EAGLE (0.5.6 srt/server_args.py, 0.5.23 srt/arg_groups/
+        # speculative_hook.py), so a topk-1 unit may gain from trees too; its own chain is
+        # trial 0 of the same space.
+        why = f"{algorithm or 'no algorithm set'}: steps, topk and draft tokens, trees and chains"
         return "sglang-eagle.yaml", why
 
     def runs(self, asked: dict[str, Any]) -> dict[str, Any]:
@@ -279,12 +287,19 @@ class SGLangEngine:
         return None
 
     def help_args(self) -> list[str] | None:
-        # `launch_server --help` imports torch and the model registry: tens of seconds on a
-        # GPU host, minutes on a laptop. An unknown flag shows on the first trial instead.
-        return None
+        # `launch_server --help` imports torch and the model registry first: tens of seconds
+        # on a GPU host, a minute on a laptop, once per `start` and `validate`. It saves a
+        # model load for a flag this build lacks, and says at once when the program cannot
+        # run at all (no sglang, no torch).
+        return ["--help"]
 
     def flag_problems(self, help_text: str, flags: list[str]) -> dict[str, str]:
-        return {}
+        listed = argparse_flags(help_text)
+        return {
+            flag: "this SGLang does not have it (its --help does not list it)"
+            for flag in flags
+            if flag not in listed
+        }
 
     def launch_flags_from_log(self, log_text: str) -> dict[str, str | bool] | None:
         return None  # its record is on /server_info (launch_command), not in the log

@@ -28,7 +28,14 @@ import httpx
 
 from autotune.engines import vllm_facts as facts
 from autotune.engines._http import get_json, open_client
-from autotune.engines._text import clip, describe_exit, metric_samples, opt_int, per_position
+from autotune.engines._text import (
+    argparse_flags,
+    clip,
+    describe_exit,
+    metric_samples,
+    opt_int,
+    per_position,
+)
 from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.engines.host import host_failure
 from autotune.errors import ServerFailed
@@ -134,8 +141,12 @@ class VLLMEngine:
     name = "vllm"
     algorithm_flag = SPEC_FLAG
     default_port = 8000
+    #: Every interface: `sock_addr = (args.host or "", args.port)` (0.32.0
+    #: vllm/entrypoints/launchers/launcher.py).
+    default_host = ""
     launch_hint = "vLLM (vllm serve, python -m vllm.entrypoints.openai.api_server)"
     init_constraints: tuple[tuple[str, int], ...] = ()
+    concurrency_flags = ("--max-num-seqs",)
 
     def __init__(self, *, timeout: float = 10.0) -> None:
         self.timeout = timeout
@@ -324,12 +335,17 @@ class VLLMEngine:
         return Failure("not_ready", clip(f"{reason}; last error: {last}" if last else reason))
 
     def help_args(self) -> list[str] | None:
-        # `--help` imports vLLM (15-20 s) and lists only some groups by default: the first
-        # trial's argparse line says the same for free.
-        return None
+        # `--help` imports vLLM first (15-20 s), once per `start` and `validate`; its usage
+        # lines name every flag even where the body lists only some groups (0.32).
+        return ["--help"]
 
     def flag_problems(self, help_text: str, flags: list[str]) -> dict[str, str]:
-        return {}
+        listed = argparse_flags(help_text)
+        return {
+            flag: "this vLLM does not have it (its --help does not list it)"
+            for flag in flags
+            if flag not in listed
+        }
 
     def request_failure(self, log_text: str) -> Failure | None:
         """A request longer than the server's context (vLLM answers 400 and logs it)."""

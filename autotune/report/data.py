@@ -124,6 +124,8 @@ class StudyData:
     declared_best: int | None = None
     time: str = ""
     """Time spent so far, per trial, and what is left (`estimate.sentence`)."""
+    workers: list[str] = field(default_factory=list)
+    """Each running trial's worker: alive, or gone since when (`Liveness.sentence`)."""
     rehearsal_speedup: float | None = None
     """A rehearsal on the simulated server run this many times faster than real time
     (`--sim-speedup`); its figures are in real-server units."""
@@ -174,10 +176,11 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
         trials=rows,
         unfinished=unfinished,
         best=[t.number for t in st.best_trials(study)],
-        n_trials=int(settings.get("study", {}).get("n_trials", cfg.study.n_trials)),
+        n_trials=cfg.study.n_trials,
         min_running_requests=cfg.objective.constraints.min_running_requests,
         level_sample=_level_sample(rows),
         time=_time(cfg, study),
+        workers=[w.sentence() for w in st.liveness(study, cfg)],
         rehearsal_speedup=max(
             (
                 float(t.user_attrs["rehearsal_speedup"])
@@ -192,13 +195,10 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
 
 
 def _time(cfg: Config, study: optuna.Study) -> str:
-    from autotune.run.finalists import expected_phase_s, expected_runs
+    from autotune.run import eta
     from autotune.search import estimate
 
-    runs = expected_runs(cfg, study)
-    e = estimate.of(
-        study, cfg.study.n_trials, finalist_runs=runs, extra_s=expected_phase_s(cfg, study)
-    )
+    e = eta.of(cfg, study)
     if e is None:
         return ""
     return f"{estimate.sentence(e)} (a deployed trial took {estimate.duration(e.per_trial_s)})"

@@ -163,6 +163,9 @@ def _summary(page: Page) -> str:
         f'<p class="note">Time: {spent}storage <code>{esc(d.storage)}</code>; '
         f"generated {esc(page.generated)}.</p>"
     )
+    for worker in d.workers:
+        css = "bad" if "STALE" in worker else "note"
+        body += f'<p class="{css}">Worker: {esc(worker)}</p>'
     if d.rehearsal_speedup:
         body += (
             f'<p class="bad"><b>A rehearsal</b> on the simulated server, run '
@@ -343,10 +346,13 @@ def _settings(page: Page) -> str:
         objective += f" at concurrency {o.get('level')}"
     objective += f" ({', '.join(page.data.metric_names)}), maximised"
     constraints = {k: v for k, v in (o.get("constraints") or {}).items() if v is not None}
-    sampler = (
-        f"{study.get('sampler')} (seed {study.get('seed')}, "
-        f"{study.get('startup_trials')} startup trials)"
-    )
+    sampler_notes = [
+        f"seed {study.get('seed')}" if study.get("seed") is not None else "no seed",
+        f"{study.get('startup_trials')} startup trials"
+        if study.get("startup_trials") is not None
+        else "the sampler's own startup trials",
+    ]
+    sampler = f"{study.get('sampler')} ({', '.join(sampler_notes)})"
     where = (
         f"{target.get('engine')} via {target.get('deploy')}: unit {target.get('unit')} "
         f"at {target.get('base_url')}"

@@ -13,7 +13,8 @@ from pathlib import Path
 from autotune.config import Config
 from autotune.deploy.base import Deployer
 from autotune.engines import get_engine
-from autotune.errors import ConfigError
+from autotune.engines.host import host_failure
+from autotune.errors import ConfigError, HostFailed
 from autotune.log import get
 from autotune.unit import reach, unitfile
 
@@ -71,34 +72,44 @@ def _check_environment_files(cfg: Config, unit_text: str, source: str) -> None:
             )
 
 
-def check_flags(cfg: Config, deployer: Deployer, unit_text: str) -> None:
+def check_flags(cfg: Config, deployer: Deployer, *, quiet: bool = False) -> None:
     """Ask the installed server which flags it has, before anything is deployed.
 
-    For every flag of the search space and of the unit: a flag the server's own
-    help does not list (or lists as removed) is one ConfigError naming the space
-    parameter or the unit. Only where the engine can answer cheaply and the
-    deployer can run the program (local-process); elsewhere the first trial
-    that hits such a flag stops the study with the same line.
+    The unit's program is run with the engine's help arguments (`--help`), with the
+    unit's environment. A search-space flag its help does not list (or lists as removed)
+    is one ConfigError naming the space parameter; a program that cannot run at all is
+    the host's failure (HostFailed), said here rather than after a model load. The
+    unit's own flags are not judged here: the unit as it is runs first (trial 0) and
+    must serve. Only where the deployer can run the program (local-process); elsewhere
+    the first trial that hits such a flag stops the study with the same line.
     """
     engine = get_engine(cfg.target.engine)
     args = engine.help_args()
     probe = getattr(deployer, "program_output", None)
-    if args is None or probe is None:
-        return
-    text = probe(args)
-    if not text:
-        # Not installed here, say: the first trial will say what is wrong, in the server's words.
-        log.warning("could not ask the server which flags it has", program_args=args)
-        return
-    source = str(cfg.target.unit_file)
-    in_unit = [f for f in unitfile.parse_exec_start(unit_text, source=source).flags() if f]
     space_flags = cfg.space.launch_flags()
-    problems = engine.flag_problems(text, [*space_flags, *in_unit])
+    if args is None or probe is None or not space_flags:
+        return
+    if not quiet:
+        # SGLang's and vLLM's help import their framework first: seconds to a minute.
+        log.info("asking the installed server which flags it has", args=" ".join(args))
+    answer = probe(args)
+    command = " ".join([*answer.command, *args])
+    if answer.exit_code != 0:
+        failure = host_failure(answer.text.splitlines(), answer.exit_code)
+        if failure is not None:
+            raise HostFailed(failure.kind, f"{command}: {failure.reason}")
+        last = next((line for line in reversed(answer.text.splitlines()) if line.strip()), "")
+        log.warning(
+            "could not ask the server which flags it has: the first trial will say what "
+            "is wrong, in the server's words",
+            command=command,
+            exit_code=answer.exit_code,
+            last_line=last.strip()[:200],
+        )
+        return
+    problems = engine.flag_problems(answer.text, list(space_flags))
     for flag, why in problems.items():
-        if flag in space_flags:
-            key = f"params.{space_flags[flag]}.flag"
-            raise ConfigError(cfg.space_source, key, f"{flag}: {why}")
-        raise ConfigError(source, "ExecStart", f"{flag}: {why}")
+        raise ConfigError(cfg.space_source, f"params.{space_flags[flag]}.flag", f"{flag}: {why}")
 
 
 def api_key(cfg: Config) -> str | None:

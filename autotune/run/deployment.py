@@ -17,6 +17,7 @@ from autotune.deploy import Deployer, make_deployer
 from autotune.engines import get_engine
 from autotune.errors import AutotuneError, ServerFailed
 from autotune.log import get
+from autotune.run import address
 from autotune.run.checks import api_key
 from autotune.run.locking import server_key
 from autotune.run.trial import TrialPipeline
@@ -50,8 +51,16 @@ def server_port(base_url: str) -> int | None:
 
 
 def pipeline_for(cfg: Config, deployer: Deployer) -> TrialPipeline:
+    unit = deployer.original_unit()
+    reached = address.resolve(cfg, deployer, unit)
     return TrialPipeline(
-        cfg, deployer, get_engine(cfg.target.engine), deployer.original_unit(), api_key(cfg)
+        cfg,
+        deployer,
+        get_engine(cfg.target.engine),
+        unit,
+        api_key(cfg),
+        url=reached.url,
+        tunnel=reached.tunnel,
     )
 
 

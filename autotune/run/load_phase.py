@@ -40,7 +40,7 @@ def measure_phase(
     log_from = len(p.deployer.logs())
     phase = asyncio.run(
         run_phase(
-            p.cfg.target.base_url,
+            p.url,
             p.cfg.target.model,
             p.workload,
             settings,

@@ -20,7 +20,7 @@ from autotune.deploy.base import Deployer
 from autotune.engines import get_engine
 from autotune.errors import AutotuneError, DeployError, HostFailed, ServerFailed, StudyStopped
 from autotune.log import get
-from autotune.run import finalists
+from autotune.run import address, finalists
 from autotune.run.checks import api_key, check_flags, check_unit
 from autotune.run.deployment import deploy_trial, deployer_for
 from autotune.run.locking import server_lock
@@ -98,11 +98,21 @@ def _run_with_deployer(
         deployer.preflight()
         base_unit = deployer.original_unit()
         current = check_unit(cfg, base_unit, check_executables=cfg.target.deploy != "ssh")
-        check_flags(cfg, deployer, base_unit)
+        check_flags(cfg, deployer)
         baseline = st.baseline_of(cfg.space, current, unitenv.effective(base_unit))
         st.enqueue_baseline_once(study, baseline)
+        reached = address.resolve(cfg, deployer, base_unit)
+        if reached.tunnel is not None:
+            log.info("the benchmark reaches the server " + reached.how)
         pipeline = TrialPipeline(
-            cfg, deployer, get_engine(cfg.target.engine), base_unit, api_key(cfg), stop
+            cfg,
+            deployer,
+            get_engine(cfg.target.engine),
+            base_unit,
+            api_key(cfg),
+            stop,
+            url=reached.url,
+            tunnel=reached.tunnel,
         )
         log.info(
             "study",

@@ -72,7 +72,7 @@ def _one(
     which: str,
 ) -> RateResult:
     b = p.cfg.benchmark
-    url = p.cfg.target.base_url
+    url = p.url
     settings = RateSettings(
         rate=rate,
         duration_s=b.rate_duration,

@@ -24,10 +24,12 @@ from autotune.bench.open_loop import RateResult
 from autotune.bench.pool import pool_levels
 from autotune.config import Config
 from autotune.deploy.base import Deployer
+from autotune.deploy.tunnel import Tunnel
 from autotune.engines.base import STUDY_FAILURES, Engine, Failure, ServerInfo
 from autotune.errors import (
     HOST_FAILURES,
     ConfigError,
+    DeployError,
     HostFailed,
     ServerFailed,
     StudyStopped,
@@ -68,9 +70,16 @@ class TrialPipeline:
         base_unit: str,
         api_key: str | None = None,
         stop: StopRequest | None = None,
+        *,
+        url: str | None = None,
+        tunnel: Tunnel | None = None,
     ) -> None:
         self.stop = stop or StopRequest()
         self.cfg = cfg
+        self.url = url or cfg.target.base_url
+        """Where requests go: `target.base_url`, or the SSH link's local end."""
+        self.tunnel = tunnel
+        """The SSH link's forward `url` goes through: a level it cut is the host's failure."""
         self.deployer = deployer
         self.engine = engine
         self.base_unit = base_unit
@@ -133,9 +142,7 @@ class TrialPipeline:
         self.serving = (unit_text, files)
         try:
             self.wait_ready()
-            info = asyncio.run(
-                self.engine.server_info(self.cfg.target.base_url, self._param_names(), self.api_key)
-            )
+            info = asyncio.run(self.engine.server_info(self.url, self._param_names(), self.api_key))
         except ServerFailed as failed:
             self.serving = None  # what runs there now is not a config that serves
             self._not_the_configs_fault(failed, params)
@@ -276,7 +283,7 @@ class TrialPipeline:
                     failure = self.engine.classify_failure(text, self.deployer.exit_status())
                     raise ServerFailed(failure.kind, failure.reason, _tail(text), failure.flag)
                 try:
-                    status = client.get(self.cfg.target.base_url + paths[0]).status_code
+                    status = client.get(self.url + paths[0]).status_code
                     if status == 200:
                         self._check_ours()
                         return
@@ -301,10 +308,7 @@ class TrialPipeline:
         operator left on the port, answers while the deployed one fails to bind."""
         other = self.deployer.answering()
         if other is not None:
-            reason = (
-                f"{self.cfg.target.base_url} is answered by {other}, not by the server "
-                "autotune started"
-            )
+            reason = f"{self.url} is answered by {other}, not by the server autotune started"
             raise ServerFailed("not_ours", reason, _tail(self.deployer.logs()))
 
     def _benchmark(
@@ -431,9 +435,10 @@ class TrialPipeline:
     ) -> bench.LevelResult:
         """One run of a level, from the server's caches flushed where it allows, with its
         own counters read around it."""
-        url = self.cfg.target.base_url
+        url = self.url
         flushed = asyncio.run(self.engine.flush_cache(url, self.api_key))
         before = asyncio.run(self.engine.counters(url, self.api_key))
+        mark = self.tunnel.mark() if self.tunnel is not None else 0
         try:
             level = asyncio.run(
                 bench.run_level(
@@ -449,6 +454,10 @@ class TrialPipeline:
                 )
             )
         except bench.LevelFailed as exc:
+            cut = self.tunnel.broken_since(mark) if self.tunnel is not None else None
+            if cut is not None:
+                # The link, not the server: retried like any SSH drop, never the config's.
+                raise DeployError(f"{cut} during the level: {exc}") from None
             if not self._still_running_after(5.0):
                 raise self._died(str(exc)) from None
             refused = self.engine.request_failure(self.deployer.logs()[log_from:])
@@ -456,6 +465,11 @@ class TrialPipeline:
                 raise ServerFailed(refused.kind, refused.reason) from None
             # The server is up but did not serve the load properly (errors, timeouts).
             raise ServerFailed("client_error", str(exc)) from None
+        cut = self.tunnel.broken_since(mark) if self.tunnel is not None else None
+        if cut is not None:
+            # Requests retried on a new link: the window holds the link's stall, not the
+            # server's pace.
+            raise DeployError(f"{cut} during the level: its figures are not the server's")
         self._check_alive()
         after = asyncio.run(self.engine.counters(url, self.api_key))
         if before is not None and after is not None:

@@ -163,21 +163,17 @@ class Worker:
 
     def say_estimate(self) -> None:
         """After each measured trial: how long the rest will take, at the pace so far."""
-        from autotune.run import finalists
+        from autotune.run import eta
         from autotune.search import estimate
 
-        runs = finalists.expected_runs(self.cfg, self.study)
-        e = estimate.of(
-            self.study,
-            self.cfg.study.n_trials,
-            finalist_runs=runs,
-            extra_s=finalists.expected_phase_s(self.cfg, self.study),
-        )
-        if e is None or (e.remaining == 0 and not runs):
+        e = eta.of(self.cfg, self.study, live=True)
+        if e is None or (e.remaining == 0 and not e.finalist_runs):
             return
         fits = e.fits(self.deadline)
-        extra = {} if fits is None else {"before_deadline": f"about {fits} of {e.remaining} trials"}
-        log.info("time left: " + estimate.sentence(e), **extra)
+        extra = {}
+        if fits is not None:
+            extra["before_deadline"] = f"about {fits} of {e.remaining} deployments"
+        log.info("time left: " + estimate.sentence(e), left_s=round(e.left_s), **extra)
         alog.progress(left=f"about {estimate.duration(e.left_s)} left")
 
     def propose(self) -> st.Proposal | None:
@@ -188,14 +184,14 @@ class Worker:
         """From a proposal to a result in the study; returns what happened to it."""
         trial, params = p.trial, p.params
         log.info(
-            f"trial {p.position}/{self.cfg.study.n_trials}",
+            f"trial {p.position} of {self.cfg.study.n_trials}",
             trial=trial.number,
             config=params if params is not None else "unit file as is",
             **({"baseline": True} if p.baseline else {}),
         )
         shown = " ".join(f"{k.removeprefix('speculative_')}={v}" for k, v in (params or {}).items())
         alog.progress(
-            trial=f"trial {p.position}/{self.cfg.study.n_trials} (#{trial.number})",
+            trial=f"trial {p.position} of {self.cfg.study.n_trials} (study trial #{trial.number})",
             config=shown or "the unit as is",
             level=None,
             tok_s=None,

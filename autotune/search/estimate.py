@@ -35,6 +35,9 @@ class Estimate:
     left_s: float
     ends_at: float
     """Wall-clock time (seconds since the epoch) at which the budget should be spent."""
+    paused_since: float | None = None
+    """No worker runs the study: when its last trial ended (then `ends_at` counts from now,
+    as if it were resumed at once)."""
 
     def fits(self, deadline: float | None) -> int | None:
         """Trials that fit before `deadline` when the whole budget does not; else None."""
@@ -49,28 +52,39 @@ def of(
     *,
     finalist_runs: int = 0,
     extra_s: float = 0.0,
+    configs_left: int | None = None,
+    live: bool | None = None,
     now: float | None = None,
 ) -> Estimate | None:
     """None until a trial that deployed a server has finished. `extra_s`: seconds of work
-    to come that no trial's duration shows (the finalists' changing-load phases)."""
+    to come that no trial's duration shows (the finalists' changing-load phases).
+    `configs_left`: configs of the space no finished trial holds, so that a small space's
+    last configs are not counted as the whole budget. `live`: a worker is running the study
+    (None: some trial is RUNNING)."""
     now = time.time() if now is None else now
     trials = study.get_trials(deepcopy=False)
-    took = [_seconds(t) for t in trials if _deployed(t)]
-    took = [s for s in took if s is not None]
+    deployed = [t for t in trials if _deployed(t)]
+    # A server that crashed at once says nothing about how long a measured config takes.
+    served = [t for t in deployed if not t.user_attrs.get("failure")] or deployed
+    took = [s for s in (_seconds(t) for t in served) if s is not None]
     if not took:
         return None
     per = statistics.median(took)
     finished = sum(t.state in FINISHED for t in trials)
     remaining = max(0, n_trials - finished)
+    if configs_left is not None:
+        remaining = min(remaining, max(0, configs_left))
     running = [t for t in trials if t.state == TrialState.RUNNING]
     owners = {_owner(t) for t in running}
     workers = max(1, len(owners))
     left = (remaining + finalist_runs) * per / workers + extra_s
     starts = [t.datetime_start.timestamp() for t in trials if t.datetime_start is not None]
     ends = [t.datetime_complete.timestamp() for t in trials if t.datetime_complete is not None]
-    last = now if running else max(ends, default=now)
+    live = bool(running) if live is None else live
+    last = now if live else max(ends, default=now)
     spent = last - min(starts) if starts else 0.0
-    return Estimate(spent, per, remaining, finalist_runs, workers, left, now + left)
+    paused = None if live else last
+    return Estimate(spent, per, remaining, finalist_runs, workers, left, now + left, paused)
 
 
 def _deployed(t: FrozenTrial) -> bool:
@@ -121,8 +135,11 @@ def sentence(e: Estimate) -> str:
     on = f" on {e.workers} workers" if e.workers > 1 else ""
     if e.remaining == 0 and not e.finalist_runs:
         return f"{duration(e.spent_s)} spent; budget spent"
-    trials = "1 trial" if e.remaining == 1 else f"{e.remaining} trials"
-    return (
-        f"{duration(e.spent_s)} spent; {trials}{extra} left at about {each} each"
-        f"{on}: about {duration(e.left_s)} more, ending about {clock(e.ends_at)}"
-    )
+    trials = "1 deployment" if e.remaining == 1 else f"{e.remaining} deployments"
+    left = f"{trials}{extra} left at about {each} each{on}: about {duration(e.left_s)} more"
+    if e.paused_since is not None:
+        return (
+            f"{duration(e.spent_s)} spent; paused since {clock(e.paused_since)} (no worker "
+            f"runs it); {left} once resumed"
+        )
+    return f"{duration(e.spent_s)} spent; {left}, ending about {clock(e.ends_at)}"

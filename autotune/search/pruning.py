@@ -52,7 +52,8 @@ PRUNE_BELOW = 0.001
 #: Trials measured at every level before anything is pruned.
 MIN_TRIALS = 4
 #: Log-scale error every level of one deployment shares: a restarted server is about 2 %
-#: faster or slower than the last time (the simulator's --sim-noise; calibration.md).
+#: faster or slower than the last time (the simulator's --sim-noise default, an assumption:
+#: docs/calibration.md has no restart-to-restart figure).
 START_SD = 0.02
 #: Log-scale sampling error of a finished level's window (its CI target is ±2 % at 95 %;
 #: a level that missed it carries its own, wider).

@@ -13,7 +13,8 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import optuna
@@ -36,6 +37,7 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 #: Study-level user attribute keys.
 STUDY_CONFIG = "autotune_config"
 STUDY_BASELINE = "baseline_enqueued"
+STUDY_BUDGET = "budget"
 
 #: Trial-level user attribute keys that a reused result copies from the trial measured.
 _COPIED = (
@@ -160,6 +162,37 @@ def finished_count(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=FINISHED))
 
 
+def with_budget(cfg: Config, asked: int | None, *, announce: bool = False) -> Config:
+    """The config with the study's own total. `start --n-trials N` is stored with the
+    study, so that a plain `start` (tmux, a unit's Restart=) and `status` keep N rather
+    than going back to the file's `study.n_trials`, until another --n-trials says
+    otherwise."""
+    if asked is not None:
+        study = open_study(cfg)
+        study.set_user_attr(
+            STUDY_BUDGET,
+            {"n_trials": asked, "set_by": "--n-trials", "at": datetime.now(UTC).isoformat()},
+        )
+        return replace(cfg, study=replace(cfg.study, n_trials=asked))
+    try:
+        db = storage.open_storage(cfg.study.storage, source=cfg.source, create=False)
+        attrs = db.get_study_user_attrs(db.get_study_id_from_name(cfg.study.name))
+    except (AutotuneError, KeyError):
+        return cfg  # no study yet, or not readable: the command says so itself
+    stored = attrs.get(STUDY_BUDGET)
+    if not isinstance(stored, dict) or not isinstance(stored.get("n_trials"), int):
+        return cfg
+    if stored["n_trials"] != cfg.study.n_trials and announce:
+        log.info(
+            "the study's total, set by --n-trials",
+            n_trials=stored["n_trials"],
+            set_at=stored.get("at"),
+            config_n_trials=cfg.study.n_trials,
+            hint=f"start --n-trials {cfg.study.n_trials} to use the config's",
+        )
+    return replace(cfg, study=replace(cfg.study, n_trials=stored["n_trials"]))
+
+
 def remaining_budget(study: optuna.Study, n_trials: int) -> int:
     """Trials still to run so that the study holds n_trials finished trials in all."""
     return max(0, n_trials - finished_count(study))
@@ -259,7 +292,7 @@ class Proposal:
     trial: optuna.Trial
     params: dict[str, Any] | None  # None: the unit file as it is
     baseline: bool
-    position: int  # the study's count, for "trial 5/30" (finished + running, this one included)
+    position: int  # the study's count, for "trial 5 of 30" (finished + running, this one included)
 
 
 def running_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -440,6 +473,48 @@ def heartbeat(study: optuna.Study, trial: optuna.Trial) -> contextlib.AbstractCo
         return contextlib.nullcontext()
     trial_id = optuna_private.trial_id(trial)
     return Repeating(db.heartbeat_interval, lambda: db.record_heartbeat(trial_id), "heartbeat")
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """A RUNNING trial's worker as the database last heard from it."""
+
+    trial: int
+    worker: str  # host/pid, or the worker's name
+    age_s: float | None  # since its last heartbeat; None before the first
+    stale: bool  # no heartbeat for two intervals: the worker is gone
+
+    def sentence(self) -> str:
+        if self.age_s is None:
+            return f"trial {self.trial} ({self.worker}): no heartbeat yet"
+        seen = time.strftime("%H:%M:%S", time.localtime(time.time() - self.age_s))
+        if self.stale:
+            return (
+                f"trial {self.trial} ({self.worker}): STALE, last seen {seen} "
+                f"({_age(self.age_s)} ago); its worker is gone: autotune start resumes it"
+            )
+        return f"trial {self.trial} ({self.worker}): alive, seen {_age(self.age_s)} ago"
+
+
+def liveness(study: optuna.Study, cfg: Config) -> list[Liveness]:
+    """Each RUNNING trial's worker: alive, or gone (stale) with when it was last seen."""
+    ages = optuna_private.heartbeat_ages(study)
+    interval = max(1, cfg.study.heartbeat_grace // 5)  # as open_study asks the storage
+    out = []
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        o = t.user_attrs.get("owner") or {}
+        who = o.get("worker") or f"{o.get('host', '?')}/{o.get('pid', '?')}"
+        age = ages.get(t.number)
+        out.append(Liveness(t.number, who, age, age is not None and age > 2 * interval + 1))
+    return out
+
+
+def _age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 #: How often a running trial's status line is written to the study (for `autotune status`).
@@ -637,6 +712,14 @@ def update_model_best(
     if chosen is not None and study.user_attrs.get(MODEL_BEST) != chosen.number:
         study.set_user_attr(MODEL_BEST, chosen.number)
     return chosen.number if chosen is not None else None
+
+
+def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The unit as it was, measured and feasible: what every gain is counted against."""
+    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get("baseline") and t.user_attrs.get("reused_from") is None:
+            return t if is_feasible(t) else None
+    return None
 
 
 def chosen_by(study: optuna.Study, t: FrozenTrial) -> str:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ArtifactStore",
     "forget_trial",
+    "heartbeat_ages",
     "rdb",
     "stale_trial_ids",
     "storage",
@@ -60,6 +61,54 @@ def stale_trial_ids(db: RDBStorage, study: optuna.Study) -> list[int]:
     `fail_stale_trials` fails them at once; autotune first checks whether their owner is
     alive on this host, and requeues each config once."""
     return list(db._get_stale_trial_ids(study._study_id))
+
+
+def heartbeat_ages(study: optuna.Study) -> dict[int, float]:
+    """Seconds since each RUNNING trial's last heartbeat, by trial number, on the database's
+    own clock (the workers' clocks may differ). Optuna reads the heartbeat table only to
+    find stale trials, and only from a worker that is starting: `status` must tell a live
+    worker from a dead one without failing anything."""
+    from optuna.storages._rdb import models
+    from optuna.trial import TrialState
+    from sqlalchemy import DateTime, cast, func
+
+    db = rdb(study)
+    if db is None:
+        return {}
+    session = db.scoped_session()
+    try:
+        now_sql = func.current_timestamp()
+        if db.engine.dialect.name != "sqlite":
+            # The column has no time zone: PostgreSQL stored now() in the session's zone.
+            now_sql = cast(now_sql, DateTime)
+        now = session.query(now_sql).scalar()
+        rows = (
+            session.query(models.TrialModel.number, models.TrialHeartbeatModel.heartbeat)
+            .join(models.TrialHeartbeatModel)
+            .filter(
+                models.TrialModel.study_id == study._study_id,
+                models.TrialModel.state == TrialState.RUNNING,
+            )
+            .all()
+        )
+    finally:
+        session.close()
+    return {number: _seconds_between(beat, now) for number, beat in rows}
+
+
+def _seconds_between(earlier: object, later: object) -> float:
+    """Both as the database wrote them: naive datetimes, or SQLite's text."""
+    import datetime as dt
+
+    def naive(value: object) -> dt.datetime:
+        if isinstance(value, str):
+            value = dt.datetime.fromisoformat(value)
+        assert isinstance(value, dt.datetime)
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return value
+
+    return max(0.0, (naive(later) - naive(earlier)).total_seconds())
 
 
 def forget_trial(study: optuna.Study, trial: FrozenTrial, record: dict[str, object]) -> None:

@@ -124,7 +124,7 @@ def test_ssh_link_down_longer_than_a_trial_consumes_no_trial(
 
     daemon = Daemon("--config", str(config), cwd=world_dir)
     try:
-        daemon.wait_for("trial 2/4", "benchmarking", timeout=200)
+        daemon.wait_for("trial 2 of 4", "benchmarking", timeout=200)
         ssh_rig.server.stop()
         daemon.wait_for("waiting for the host", timeout=120)
         time.sleep(3)  # down for longer than the client's own reconnect budget

@@ -52,6 +52,7 @@ def test_a_good_ssh_target_passes_every_check(
         "ok  target",
         "ok  unit",
         "ok  server",
+        "ok  estimate",
     }
     assert any("answers (HTTP 200)" in line for line in out), out
     assert _host_state(fake_host) == before
@@ -101,6 +102,33 @@ def test_an_unreachable_host_names_host_and_port(
     assert f"sshd listens on port {closed}" in problems[0]
 
 
+def test_with_the_host_down_the_copy_is_checked_and_the_rest_listed_as_skipped(
+    world_dir: Path, fake_host: FakeSystemdHost, ssh_rig: SshRig
+) -> None:
+    """SSH refused: the unit's own problem (no --host, so a remote URL cannot reach it) is
+    found on the local copy now, not after SSH is fixed; what needs the host says so."""
+    port = free_port()
+    unit = sim_unit(port, FLAGS).replace("--host 127.0.0.1 ", "")
+    fake_host.install(UNIT, unit, start=False)
+    config = _config(world_dir, ssh_rig, fake_host, port, n_trials=3)
+    (world_dir / UNIT).write_text(unit)
+    data = yaml.safe_load(config.read_text())
+    data["target"]["ssh"]["port"] = free_port()  # nothing listens there
+    data["target"]["unit_copy"] = UNIT
+    data["target"]["base_url"] = f"http://{socket.gethostname()}:{port}"
+    config.write_text(yaml.safe_dump(data))
+    code, out, err = _validate(config)
+    assert code == 2
+    problems = [line for line in err if line.startswith("autotune: error:")]
+    assert [p.split(":")[2].strip() for p in problems] == ["target", "server"], err
+    assert "listens on 127.0.0.1 only" in problems[1], problems
+    assert "remove target.base_url" in problems[1] and "0.0.0.0" not in problems[1]
+    skipped = [line for line in out if line.startswith("skipped  ")]
+    assert skipped == ["skipped  unit copy: needs the host (the target check failed)"], out
+    assert any(line.startswith("ok  unit:") and "checked on the copy" in line for line in out)
+    assert not [line for line in err if not line.startswith("autotune: error:")], err
+
+
 def test_a_server_on_loopback_is_unreachable_from_here(
     world_dir: Path, fake_host: FakeSystemdHost, ssh_rig: SshRig
 ) -> None:
@@ -115,4 +143,5 @@ def test_a_server_on_loopback_is_unreachable_from_here(
     assert code == 2
     problems = [line for line in err if line.startswith("autotune: error:")]
     assert len(problems) == 1, err
-    assert "listens on 127.0.0.1 only" in problems[0] and "--host 0.0.0.0" in problems[0]
+    assert "listens on 127.0.0.1 only" in problems[0], problems
+    assert "through the SSH link" in problems[0] and "0.0.0.0" not in problems[0]

@@ -204,7 +204,7 @@ def test_a_second_worker_joins_a_running_study_and_the_total_holds(
     first = Daemon("--config", str(config), "--worker", "gpu1", cwd=tmp_path)
     second: Daemon | None = None
     try:
-        first.wait_for("trial 1/5", timeout=120)
+        first.wait_for("trial 1 of 5", timeout=120)
         second = Daemon("--config", str(config), "--worker", "gpu2", cwd=tmp_path)
         assert first.wait(timeout=300) == 0, first.log[-3000:]
         assert second.wait(timeout=300) == 0, second.log[-3000:]
@@ -228,7 +228,7 @@ def test_the_database_going_away_mid_study_is_waited_out(
         )
         worker = Daemon("--config", str(config), "--worker", "gpu1", cwd=tmp_path)
         try:
-            worker.wait_for("trial 2/4", "benchmarking", timeout=120)
+            worker.wait_for("trial 2 of 4", "benchmarking", timeout=120)
             server.stop()
             # Down until the worker has met the outage (its next write: the trial's record or
             # a heartbeat), however fast this machine runs the rest of the trial.
@@ -305,7 +305,7 @@ def test_a_host_that_goes_down_takes_only_its_own_worker_out(
     up: Daemon | None = None
     systemctl = Path(hosts[0].systemd.systemctl)
     try:
-        down.wait_for("trial 1/5", "benchmarking", timeout=120)
+        down.wait_for("trial 1 of 5", "benchmarking", timeout=120)
         up = Daemon("--config", str(config), "--worker", "gpu2", cwd=tmp_path)
         systemctl.rename(systemctl.with_name("systemctl.gone"))  # the host stops answering
         assert down.wait(timeout=200) == 1, down.log[-3000:]

@@ -148,6 +148,38 @@ def test_a_config_vllm_refuses_is_an_infeasible_trial_with_its_line(
     assert '--speculative-config \'{"method": "ngram"' in result.unit_text
 
 
+def test_the_installed_vllm_is_asked_for_its_flags_before_a_deployment(
+    vllm: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """`--help` of the unit's own command, with its environment: the space's flag is there,
+    a misspelt one is refused naming the space parameter, and nothing is started."""
+    python, model = vllm
+    port = free_port()
+    unit = tmp_path / "vllm.service"
+    unit.write_text(unit_text(python, model, port))
+    deployer = LocalProcessDeployer(unit, log_dir=tmp_path / "logs")
+    try:
+        answer = deployer.program_output(VLLMEngine().help_args() or [])
+    finally:
+        deployer.close()
+    assert answer.exit_code == 0, answer.text[-2000:]
+    assert answer.command[-2:] == ["-m", "vllm.entrypoints.openai.api_server"]
+    problems = VLLMEngine().flag_problems(answer.text, [FLAG, "--speculative-configs"])
+    assert list(problems) == ["--speculative-configs"], problems
+    space = yaml.safe_load(Path(SPACE).read_text())
+    space.pop("extends", None)
+    for param in space["params"].values():
+        if param.get("flag") == FLAG:
+            param["flag"] = "--speculative-configs"
+    config = tmp_path / "autotune.yaml"
+    config.write_text(yaml.safe_dump(_config(tmp_path, port, space, n_trials=2)))
+    proc = autotune("start", "--config", str(config), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert ".flag" in last and "--speculative-configs: this vLLM does not have it" in last, last
+    assert "deploying" not in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_text_that_is_not_json_stops_the_study_in_one_line(
     vllm: tuple[Path, Path], tmp_path: Path
 ) -> None:
