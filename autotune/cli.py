@@ -462,13 +462,17 @@ def _best(args: argparse.Namespace) -> int:
 
 def _value_text(cfg: Any, t: Any, base: Any) -> str:
     """`545.1 tok/s (geomean over c=1,16,64), +8.4 % over the unit as it was (trial 0)`."""
-    what = {
-        "geomean": "geomean of output tok/s over c="
-        + ",".join(str(c) for c in cfg.benchmark.concurrency),
-        "single": f"output tok/s at c={cfg.objective.level}",
-        "goodput": f"goodput at {cfg.objective.rate:g} req/s",
-        "max_rate": "the highest request rate that meets the SLO",
-    }.get(cfg.objective.mode, cfg.objective.mode)
+    o = cfg.objective
+    if o.mode == "geomean":
+        what = "geomean of output tok/s over c=" + ",".join(map(str, cfg.benchmark.concurrency))
+    elif o.mode == "single":
+        what = f"output tok/s at c={o.level}"
+    elif o.mode == "goodput":
+        what = f"goodput at {o.rate} req/s"
+    elif o.mode == "max_rate":
+        what = "the highest request rate that meets the SLO"
+    else:
+        what = o.mode
     unit = "req/s" if cfg.objective.mode == "max_rate" else "tok/s"
     if len(t.values or []) != 1:
         return ", ".join(f"{v:.1f}" for v in t.values or []) + f" {unit} (Pareto front)"
@@ -497,6 +501,8 @@ def _metric_lines(metrics: dict[str, Any]) -> list[str]:
     if acc:
         lines.append("accept length: " + " · ".join(f"c={c} {v:.2f}" for c, v in acc.items()))
     done = {*(f"output_tok_s@c{c}" for c in tok), *(f"accept_length@c{c}" for c in acc)}
+    if acc:
+        done.add("accept_length")  # the levels' own, above
     for key, value in metrics.items():
         if key in done or key == "value_ci" or value in (None, [], {}, ""):
             continue

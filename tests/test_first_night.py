@@ -51,6 +51,12 @@ def test_start_n_trials_is_the_studys_total_until_another_is_given(tmp_path: Pat
     tried = {json.dumps(t["config"], sort_keys=True) for t in finished}
     assert seen["time"]["remaining"] == 8 - len(tried) < 30 - len(finished), seen["time"]
     assert seen["time"]["paused_since"] is not None
+    # `best` in a person's units, with the gain over the unit as it was.
+    best = autotune("best", "--config", str(config), cwd=tmp_path).stdout
+    head = best.splitlines()[0]
+    assert " tok/s (geomean of output tok/s over c=1)" in head, best
+    assert "over the unit as it was (trial 0: " in head or "the unit as it was is the best" in head
+    assert "output tok/s: c=1 " in best and "None" not in best and "[]" not in best, best
 
 
 def test_a_killed_worker_shows_as_stale_within_two_heartbeats(tmp_path: Path) -> None:
@@ -65,7 +71,7 @@ def test_a_killed_worker_shows_as_stale_within_two_heartbeats(tmp_path: Path) ->
         env={**os.environ, "AUTOTUNE_LOG_FORMAT": "console"},
         start_new_session=True,
     )
-    server_pid: int | None = None
+    port = int(yaml.safe_load(config.read_text())["target"]["base_url"].rsplit(":", 1)[1])
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -77,8 +83,6 @@ def test_a_killed_worker_shows_as_stale_within_two_heartbeats(tmp_path: Path) ->
         assert running[0]["stale"] is False and running[0]["age_s"] < 3
         alive = autotune("status", "--config", str(config), cwd=tmp_path).stdout
         assert "alive, seen" in alive and "STALE" not in alive, alive
-        port = int(yaml.safe_load(config.read_text())["target"]["base_url"].rsplit(":", 1)[1])
-        server_pid = _loading_server(port)
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(timeout=10)
         killed = time.monotonic()
@@ -94,6 +98,8 @@ def test_a_killed_worker_shows_as_stale_within_two_heartbeats(tmp_path: Path) ->
         if worker.poll() is None:
             os.killpg(worker.pid, signal.SIGKILL)
             worker.wait(timeout=10)
+        # The server outlives its killed worker (its own session): found by its command.
+        server_pid = _loading_server(port)
         if server_pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(server_pid, signal.SIGKILL)
