@@ -491,6 +491,22 @@ def _value_text(cfg: Any, t: Any, base: Any) -> str:
     return text
 
 
+def _validation_line(v: dict[str, Any]) -> str:
+    """The finalist stage's verdict on this trial, in words."""
+    again = v.get("values") or []
+    text = "finalists: measured again " + (
+        " · ".join(f"{x:.1f}" for x in again) if again else "(failed)"
+    )
+    if isinstance(v.get("p_best"), float):
+        text += f"; the best with p {v['p_best']:.0%}"
+    phase = v.get("load_phase") or {}
+    if phase:
+        held = "held up" if phase.get("held_up") else "did not hold up"
+        tok = phase.get("tok_s")
+        text += f"; {held} under changing load" + (f" ({tok:.1f} tok/s)" if tok else "")
+    return text
+
+
 def _metric_lines(metrics: dict[str, Any]) -> list[str]:
     """Per-level figures on one line each, in a person's units; empty fields left out."""
     lines = []
@@ -508,6 +524,8 @@ def _metric_lines(metrics: dict[str, Any]) -> list[str]:
             continue
         if key == "uncertain_levels":
             lines.append("uncertain at c=" + ",".join(str(c) for c in value))
+        elif key == "validation" and isinstance(value, dict):
+            lines.append(_validation_line(value))
         elif isinstance(value, float):
             shown = f"{value:.1%}" if key.endswith(("_share", "acceptance")) else f"{value:.2f}"
             lines.append(f"{key.replace('_', ' ')}: {shown}")
