@@ -1,8 +1,8 @@
 """Where the benchmark reaches the server: `target.base_url`, or through the SSH link.
 
-SGLang, vLLM's tests' units and llama-server listen on 127.0.0.1 unless told otherwise,
-and an inference server has no authentication unless `--api-key` is set: most operators
-keep it on the GPU host's loopback. For `deploy: ssh` with no `base_url` and such a unit,
+SGLang and llama-server listen on 127.0.0.1 unless told otherwise, and an inference
+server has no authentication unless `--api-key` is set: most operators keep it on the
+GPU host's loopback. For `deploy: ssh` with no `base_url` and such a unit,
 the benchmark goes through a local forward over the deployer's own SSH connection
 (`autotune/deploy/tunnel.py`) instead of asking for `--host 0.0.0.0`. `target.tunnel:
 false` and an explicit `base_url` keep the direct way; `tunnel: true` forwards to the

@@ -454,10 +454,7 @@ class TrialPipeline:
                 )
             )
         except bench.LevelFailed as exc:
-            cut = self.tunnel.broken_since(mark) if self.tunnel is not None else None
-            if cut is not None:
-                # The link, not the server: retried like any SSH drop, never the config's.
-                raise DeployError(f"{cut} during the level: {exc}") from None
+            self._check_link(mark, str(exc))
             if not self._still_running_after(5.0):
                 raise self._died(str(exc)) from None
             refused = self.engine.request_failure(self.deployer.logs()[log_from:])
@@ -465,11 +462,8 @@ class TrialPipeline:
                 raise ServerFailed(refused.kind, refused.reason) from None
             # The server is up but did not serve the load properly (errors, timeouts).
             raise ServerFailed("client_error", str(exc)) from None
-        cut = self.tunnel.broken_since(mark) if self.tunnel is not None else None
-        if cut is not None:
-            # Requests retried on a new link: the window holds the link's stall, not the
-            # server's pace.
-            raise DeployError(f"{cut} during the level: its figures are not the server's")
+        # Requests retried on a new link pass, but the window holds the link's stall.
+        self._check_link(mark, "its figures are not the server's")
         self._check_alive()
         after = asyncio.run(self.engine.counters(url, self.api_key))
         if before is not None and after is not None:
@@ -482,6 +476,13 @@ class TrialPipeline:
             level = dataclasses.replace(level, accept_length=logged)
         level = dataclasses.replace(level, cache_flush=flushed)
         return level.in_server_time(time_scale)
+
+    def _check_link(self, mark: int, detail: str) -> None:
+        """A level the SSH link cut is the host's failure (retried like any SSH drop), never
+        the config's: DeployError when the tunnel cut a connection since `mark`."""
+        cut = self.tunnel.broken_since(mark) if self.tunnel is not None else None
+        if cut is not None:
+            raise DeployError(f"{cut} during the level: {detail}")
 
     def _check_alive(self) -> None:
         if not self.deployer.is_running():
