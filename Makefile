@@ -18,7 +18,7 @@ run: $(STAMP)
 	$(BIN)/autotune best --demo
 
 test: $(TEST_STAMP)
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20
 
 test-fast: $(TEST_STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow"

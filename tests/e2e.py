@@ -77,8 +77,11 @@ def study_dir(
             "concurrency": concurrency or [1, 4],
             "workload": "natural",
             "max_tokens": 64,
-            "min_duration": 1.0,
-            "max_duration": 1.5,
+            # The shortest windows the config takes, no confidence target: these studies check
+            # what a study does, not figures (test_study_e2e's confidence test sets its own).
+            "min_duration": 0.5,
+            "max_duration": 1.0,
+            "ci_width": None,
             "warmup_requests": 1,
             "finalists": finalists,
             "load_phase_segment": 2,  # the finalists' changing-load phase: 2 s per level

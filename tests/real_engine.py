@@ -1,30 +1,107 @@
-"""One real engine at a time: the llama.cpp and vLLM tests measure real servers on two cores.
+"""The one harness for real engines in tests: llama-server (tests/llamacpp/) and vLLM
+(tests/vllm/).
 
-pytest-xdist runs files on two workers; a test of tests/llamacpp/ beside one of tests/vllm/
-would slow both past their timeouts and make their figures meaningless. Each such test
-holds this machine-wide lock while it runs (the other worker's test waits for it).
+    paths = require(find, NotInstalled, "make vllm-install")  # a skip here, a failure in CI
+    with serve(argv, log_path) as url: ...  # ready on /health, stopped by PID
+
+Real-engine tests measure real servers on two cores, so they never run beside each other:
+tests/conftest.py gives every file of both folders to one pytest-xdist worker, back to back,
+and each test also holds a machine-wide lock (`one_real_engine`) for a run that schedules
+them some other way. A server only read by its tests is a session fixture of its folder,
+started once on that one worker.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import subprocess
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import TypeVar
 
+import httpx
 import pytest
 
 LOCK = Path(tempfile.gettempdir()) / f"autotune-tests-real-engine-{os.getuid()}.lock"
-#: Longest a real-engine test may take, its wait for the other worker's test included.
+#: Longest a real-engine test may take, its wait for another worker's test included.
 TIMEOUT = 1200
+#: The folders whose tests start real engines (tests/conftest.py schedules them together).
+FOLDERS = ("tests/llamacpp/", "tests/vllm/")
+
+T = TypeVar("T")
 
 
-@pytest.fixture(autouse=True)
-def one_real_engine() -> Iterator[None]:
+@contextlib.contextmanager
+def machine_lock() -> Iterator[None]:
     with LOCK.open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(held, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def one_real_engine() -> Iterator[None]:
+    with machine_lock():
+        yield
+
+
+def require(paths: Callable[[], T], missing: type[Exception], install: str) -> T:
+    """What `paths()` finds installed; `missing` is a skip here, a failure under CI (CI=true)."""
+    try:
+        return paths()
+    except missing as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the real-engine tests: {exc}")
+        pytest.skip(f"not installed here ({exc}); {install}")
+
+
+@contextlib.contextmanager
+def serve(
+    argv: list[str],
+    log_path: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    ready_timeout: float = 300,
+    stop_timeout: float = 30,
+) -> Iterator[str]:
+    """The server `argv` starts, once its /health answers 200; its base URL.
+
+    `argv` must hold `--port N`. The server is stopped by its PID on exit, also when the test
+    fails; its output goes to `log_path`, whose tail a failed start shows.
+    """
+    port = argv[argv.index("--port") + 1]
+    url = f"http://127.0.0.1:{port}"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        )
+        try:
+            _wait_healthy(url, proc, log_path, ready_timeout)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(stop_timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"{proc.args[0]} exited at start:\n{log_path.read_text()[-3000:]}")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"{proc.args[0]} not ready on {url} in {timeout:.0f} s")

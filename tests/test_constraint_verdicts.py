@@ -87,6 +87,7 @@ def test_more_requests_narrow_the_interval() -> None:
     assert many[1] - many[0] < 0.5 * (few[1] - few[0])
 
 
+@pytest.mark.slow  # an end-to-end run: not in make test-fast
 def test_a_close_call_is_measured_again_and_said(tmp_path: Path) -> None:
     # A small model's habit: a fifth of sampled replies loop, right at the default limit.
     config = study_dir(

@@ -12,9 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.e2e import autotune, status, study_dir
+
+pytestmark = pytest.mark.slow  # end-to-end studies: not in make test-fast
 
 
 def _edit(config: Path, **sections: dict) -> None:

@@ -141,6 +141,7 @@ def test_an_empty_folder_is_not_the_demo(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # no study, no server, no files
 
 
+@pytest.mark.slow  # an end-to-end run: not in make test-fast
 def test_a_forgotten_trial_is_measured_again_on_resume(tmp_path: Path) -> None:
     config = study_dir(tmp_path)
     _quick(config, n_trials=2)

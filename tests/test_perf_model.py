@@ -284,6 +284,7 @@ def test_the_spaces_say_what_draft_each_config_builds() -> None:
 
 
 # -- a study on the simulated server -----------------------------------------------------
+@pytest.mark.slow  # an end-to-end run: not in make test-fast
 def test_a_study_predicts_each_config_before_deploying_it(tmp_path: Path) -> None:
     """`autotune start` on the simulator, benchmarking SGLang's native /generate: the client
     sums the per-request histograms of accepted drafts, the model reads them, every config

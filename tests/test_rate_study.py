@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import optuna
+import pytest
 import yaml
 
 from tests.e2e import autotune, study_dir
+
+pytestmark = pytest.mark.slow  # end-to-end studies: not in make test-fast
 
 
 def test_a_max_rate_study_scores_each_config_by_the_highest_rate_it_serves(

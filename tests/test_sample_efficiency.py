@@ -131,6 +131,7 @@ def test_regression_default_beats_random_on_two_cells():
         assert default.regret[0] <= rnd.regret[0], (cell.label, default, rnd)
 
 
+@pytest.mark.slow  # an end-to-end run: not in make test-fast
 def test_the_script_writes_its_table(tmp_path):
     out = tmp_path / "table.md"
     argv = ["--seeds", "2", "--cells", "mtp qwen greedy", "--workers", "1", "--out", str(out)]

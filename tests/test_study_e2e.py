@@ -225,7 +225,7 @@ def test_start_status_and_report_say_how_long_the_rest_will_take(tmp_path: Path)
         "--n-trials",
         "40",
         "--max-hours",
-        "0.02",
+        "0.006",  # 22 s: a few trials, each followed by the estimate against the deadline
         cwd=tmp_path,
         timeout=200,
     )
@@ -279,6 +279,10 @@ def test_a_terminal_shows_one_live_status_line_and_status_shows_it_too(tmp_path:
     import time
 
     config = study_dir(tmp_path, n_trials=2, sim_flags="--sim-load-time 2")
+    data = yaml.safe_load(config.read_text())
+    # Long enough a level for `autotune status` (a process of its own) to be asked during it.
+    data["benchmark"].update(min_duration=3.0, max_duration=3.0)
+    config.write_text(yaml.safe_dump(data, sort_keys=False))
     master, slave = pty.openpty()
     env = {**os.environ, "AUTOTUNE_LOG_FORMAT": "console", "TERM": "xterm", "COLUMNS": "200"}
     proc = subprocess.Popen(

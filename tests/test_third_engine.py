@@ -115,6 +115,7 @@ class ToyEngine:
         return None
 
 
+@pytest.mark.slow  # an end-to-end run: not in make test-fast
 def test_a_registered_engine_runs_init_validate_and_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -145,8 +146,9 @@ def test_a_registered_engine_runs_init_validate_and_start(
     assert config["search_space"] == str(space)
     assert "constraints" not in config["objective"]
     # A short night: two levels, short windows, no finalists.
-    config["benchmark"].update(concurrency=[1, 4], max_tokens=64, min_duration=1.0,
-                               max_duration=1.5, warmup_requests=1, finalists=0)  # fmt: skip
+    config["benchmark"].update(concurrency=[1, 4], max_tokens=64, min_duration=0.5,
+                               max_duration=1.0, ci_width=None, warmup_requests=1,
+                               finalists=0)  # fmt: skip
     config["target"]["ready_timeout"] = 60
     config_path.write_text(yaml.safe_dump(config, sort_keys=False))
     assert cli.main(["validate", "--config", str(config_path)]) == 0

