@@ -4,8 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
-#: Two pytest workers on two cores: most tests wait on servers, not on the CPU.
+#: Workers, measured on two cores (2026-12-06, bench/results/suite-after.md). make test: 2 (25 min
+#: 32 s; on 4, 21 min 20 s, but the real engines, one worker's unit, starved beside three others
+#: and the llama-server rate test failed). make test-fast, no real engine: 4 (151 s on 2, 99 s
+#: on 4, 104 s on 6, where a timing test failed).
 PYTEST_WORKERS ?= 2
+FAST_WORKERS ?= 4
 
 # The operator install: a wheel with the search spaces and examples inside.
 .PHONY: run test test-fast lint dist bench bench-sim bench-client bench-efficiency bench-overhead \
@@ -21,7 +25,7 @@ test: $(TEST_STAMP)
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=20
 
 test-fast: $(TEST_STAMP)
-	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not slow"
+	$(BIN)/pytest -n $(FAST_WORKERS) --dist loadfile -m "not slow"
 
 # pip install dist/autotune-*.whl (plus '[postgres]' for several hosts): no test tools.
 dist: $(STAMP)
