@@ -97,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(render(per_test, counts, wall, args.top))
     if args.weights:
-        args.weights.write_text(json.dumps(by_file(per_test), indent=1) + "\n")
+        try:
+            args.weights.write_text(json.dumps(by_file(per_test), indent=1) + "\n")
+        except OSError as exc:
+            print(f"{args.weights}: cannot write ({exc.strerror})", file=sys.stderr)
+            return 2
     return 0
 
 
