@@ -125,10 +125,15 @@ def stop_process(proc: subprocess.Popen[Any]) -> None:
             proc.wait(timeout=10)
 
 
-def wait_http(url: str, proc: subprocess.Popen[Any], timeout: float = 30) -> None:
+def wait_http(
+    url: str, proc: subprocess.Popen[Any], timeout: float = 30, log: Path | None = None
+) -> None:
+    """Until `url` answers 200; fails if `proc` exits first (with the tail of its `log`)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        assert proc.poll() is None, f"{proc.args} exited"
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log is not None else ""
+            raise AssertionError(f"{proc.args} exited\n{tail}")
         try:
             if httpx.get(url, timeout=2).status_code == 200:
                 return

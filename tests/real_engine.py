@@ -5,7 +5,7 @@
     with serve(argv, log_path) as url: ...  # ready on /health, stopped by PID
 
 Real-engine tests measure real servers on two cores, so they never run beside each other:
-tests/conftest.py gives every file of both folders to one pytest-xdist worker, back to back,
+tests/scheduling.py gives every file of both folders to one pytest-xdist worker, back to back,
 and each test also holds a machine-wide lock (`one_real_engine`) for a run that schedules
 them some other way. A server only read by its tests is a session fixture of its folder,
 started once on that one worker.
@@ -18,18 +18,18 @@ import fcntl
 import os
 import subprocess
 import tempfile
-import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-import httpx
 import pytest
+
+from tests.e2e import wait_http
 
 LOCK = Path(tempfile.gettempdir()) / f"autotune-tests-real-engine-{os.getuid()}.lock"
 #: Longest a real-engine test may take, its wait for another worker's test included.
 TIMEOUT = 1200
-#: The folders whose tests start real engines (tests/conftest.py schedules them together).
+#: The folders whose tests start real engines (tests/scheduling.py schedules them together).
 FOLDERS = ("tests/llamacpp/", "tests/vllm/")
 
 T = TypeVar("T")
@@ -82,7 +82,7 @@ def serve(
             argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
         )
         try:
-            _wait_healthy(url, proc, log_path, ready_timeout)
+            wait_http(url + "/health", proc, ready_timeout, log_path)
             yield url
         finally:
             proc.terminate()
@@ -91,17 +91,3 @@ def serve(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log_path: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"{proc.args[0]} exited at start:\n{log_path.read_text()[-3000:]}")
-        try:
-            if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"{proc.args[0]} not ready on {url} in {timeout:.0f} s")

@@ -4,12 +4,14 @@ together.
 A worker takes a whole file (a module's fixtures start once), as `--dist loadfile` does, but:
 
 - every file of tests/llamacpp/ and tests/vllm/ is one unit of work, so one worker runs the
-  real engines back to back (each its own session fixture once) while the other runs the
-  rest: two real servers on two cores would slow each other past their timeouts and make
-  their figures meaningless;
-- units go out longest first, by tests/durations.json (seconds per file, written by
-  `bench/test_durations.py --weights` from a measured run), so the run does not end on one
-  worker finishing a long file alone. A file it does not list counts a second per test.
+  real engines back to back (each its own session fixture once): two real servers on two
+  cores would slow each other past their timeouts and make their figures meaningless;
+- that unit goes out last, when the other worker is on its last files: given out first, it
+  ran beside the fleet tests' simulators and daemons, and llama-server, starved, failed its
+  open-loop and n-gram tests (a clean clone's CI run, 2026-12-06);
+- the other units go out longest first, by tests/durations.json (seconds per file, written
+  by `bench/test_durations.py --weights` from a measured run), so the run does not end on
+  one worker finishing a long file alone. A file it does not list counts a second per test.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ def load_weights(path: Path = WEIGHTS) -> dict[str, float]:
 
 
 def longest_first(items: list[pytest.Item], weights: dict[str, float]) -> list[pytest.Item]:
-    """`items` regrouped by unit, units in order of their expected seconds, most first; the
-    tests of a unit keep their order."""
+    """`items` regrouped by unit, units in order of their expected seconds, most first, the
+    real engines last; the tests of a unit keep their order."""
     units: dict[str, list[pytest.Item]] = {}
     for item in items:
         units.setdefault(unit_of(item.nodeid), []).append(item)
@@ -53,7 +55,7 @@ def longest_first(items: list[pytest.Item], weights: dict[str, float]) -> list[p
             per_file[path] = per_file.get(path, 0) + 1
         return sum(weights.get(path, float(n)) for path, n in per_file.items())
 
-    order = sorted(units, key=lambda unit: -expected(unit))
+    order = sorted(units, key=lambda unit: (unit == REAL_ENGINES, -expected(unit)))
     return [item for unit in order for item in units[unit]]
 
 

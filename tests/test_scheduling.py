@@ -1,4 +1,4 @@
-"""The workers' order: real engines as one unit, longest units first, each unit in order."""
+"""The workers' order: real engines one unit and last, the others longest first, each in order."""
 
 from __future__ import annotations
 
@@ -31,10 +31,10 @@ def test_units_go_longest_first_and_keep_their_tests_in_order() -> None:
                "tests/vllm/test_y.py": 30.0}  # fmt: skip
     order = [i.nodeid for i in longest_first(items, weights)]
     assert order == [
-        "tests/llamacpp/test_x.py::t1",  # 60 s together
-        "tests/vllm/test_y.py::t1",
         "tests/b.py::t1",
         "tests/a.py::t1",
         "tests/a.py::t2",
         "tests/c.py::t1",  # not listed: one second a test
+        "tests/llamacpp/test_x.py::t1",  # 60 s together, last: alone at the end of the run
+        "tests/vllm/test_y.py::t1",
     ]
