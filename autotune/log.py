@@ -19,6 +19,8 @@ from typing import TextIO
 
 import structlog
 
+from autotune.unit import secrets
+
 #: The parts of the status line, in the order shown.
 PROGRESS_PARTS = ("trial", "config", "level", "tok_s", "left")
 
@@ -84,6 +86,8 @@ def setup(level: str | int = "INFO", json: bool | None = None) -> None:
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso" if use_json else "%H:%M:%S", utc=use_json),
+        # A server's log line quoted in autotune's (SGLang prints its API key at startup).
+        secrets.log_processor,
     ]
     renderer: structlog.types.Processor
     if use_json:

@@ -48,7 +48,8 @@ class Deployer(Protocol):
         """
 
     def logs(self) -> str:
-        """Everything the service printed since the last restart."""
+        """Everything the service printed since the last restart, with the secrets that
+        `unit.secrets` knows masked (SGLang prints its API key at startup)."""
 
     def stop(self) -> None:
         """Stop the service (used only on explicit request; a study never leaves it stopped)."""

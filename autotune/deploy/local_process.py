@@ -40,6 +40,7 @@ from autotune.deploy.hostfiles import HostFiles
 from autotune.deploy.runner import LocalRunner
 from autotune.errors import ConfigError, DeployError, HostFailed
 from autotune.log import get
+from autotune.unit import secrets
 from autotune.unit.unitfile import (
     ExecStart,
     expand_argv,
@@ -152,7 +153,10 @@ class LocalProcessDeployer:
                 self._files.write_atomic(path, text.encode("utf-8"))
         self._check_port_free()
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._write_working_copy(unit_text)
+        # The server's key never stays in this folder (a study's): masked in the copy here,
+        # and in its log once it stops or autotune leaves it running (SGLang prints it).
+        secrets.remember(*secrets.in_argv(command.argv))
+        self._write_working_copy(secrets.text(unit_text))
         self._starts += 1
         log_path = self.log_dir / f"start-{self._starts:04d}.log"
         with log_path.open("wb") as log:
@@ -221,11 +225,12 @@ class LocalProcessDeployer:
         return 128 - code if code < 0 else code
 
     def logs(self) -> str:
-        """What the current (or last) start printed, stdout and stderr interleaved."""
+        """What the current (or last) start printed, stdout and stderr interleaved, its
+        secrets masked."""
         if self._log_path is None:
             return ""
         try:
-            return self._log_path.read_bytes().decode(errors="replace")
+            return secrets.text(self._log_path.read_bytes().decode(errors="replace"))
         except FileNotFoundError:
             return ""
 
@@ -245,6 +250,7 @@ class LocalProcessDeployer:
                 if not _wait_group(proc, pgid, _KILL_WAIT):
                     raise DeployError(f"process group {pgid} survived SIGKILL")
         proc.wait()  # reap the main process so its exit status stays readable
+        self._scrub_log()
 
     def stop_leftover(self) -> None:
         """Stop a server that an earlier autotune started here and did not stop (it was killed).
@@ -290,6 +296,7 @@ class LocalProcessDeployer:
             self.stop()
             for path in self.companion_files:
                 self._files.put_back(path)
+        self._scrub_log()  # a kept server goes on writing after the spans masked
         if self._own_dir and not (self.keep_running and self.is_running()):
             shutil.rmtree(self.log_dir, ignore_errors=True)
         if self._atexit_registered:
@@ -376,6 +383,10 @@ class LocalProcessDeployer:
         self.close()
 
     # ------------------------------------------------------------------ internals
+
+    def _scrub_log(self) -> None:
+        if self._log_path is not None:
+            secrets.scrub_file(self._log_path)
 
     def _write_working_copy(self, unit_text: str) -> None:
         copy = self.log_dir / f"current-{self.unit_path.name}"

@@ -24,6 +24,7 @@ from autotune.deploy.lock import HostLock, owner_text
 from autotune.deploy.runner import Result, Runner
 from autotune.deploy.tunnel import Tunnel
 from autotune.errors import DeployError
+from autotune.unit import secrets
 
 UNIT_NAME_RE = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
 _COMMAND_RE = re.compile(r"^[A-Za-z0-9_.+-]+$")
@@ -436,10 +437,12 @@ class SystemdDeployer:
         return state.exit_code
 
     def logs(self) -> str:
+        """The current start's journal (or `log_file`), its secrets masked."""
         s = self.settings
         if s.log_file:
             offset = self._start.log_offset if self._start else 0
-            return self._files.read_from(s.log_file, offset).decode("utf-8", errors="replace")
+            text = self._files.read_from(s.log_file, offset).decode("utf-8", errors="replace")
+            return secrets.text(text)
         invocation = self._start.invocation_id if self._start else self.state().invocation_id
         if not invocation:
             return ""
@@ -447,7 +450,7 @@ class SystemdDeployer:
         result = self._runner.run(
             self._priv([s.journalctl, match, "-o", "cat", "--no-pager", "-q"])
         )
-        return self._must(result, f"journalctl for {s.unit}").out
+        return secrets.text(self._must(result, f"journalctl for {s.unit}").out)
 
     def stop(self) -> None:
         self._lock.ensure()

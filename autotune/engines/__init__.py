@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from autotune.engines._http import get_json
+from autotune.engines._http import auth_headers, get_json, key_refused
 from autotune.engines.base import STUDY_FAILURES, Counters, Engine, Failure, ServerInfo
 from autotune.engines.host import HOST_FAILURES, host_failure
 from autotune.errors import AutotuneError, ConfigError
@@ -26,11 +26,13 @@ __all__ = [
     "Engine",
     "Failure",
     "ServerInfo",
+    "auth_headers",
     "engine_for",
     "engine_names",
     "get_engine",
     "get_json",
     "host_failure",
+    "key_refused",
     "register",
 ]
 

@@ -24,6 +24,7 @@ from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.engines.host import host_failure
 from autotune.errors import ServerFailed
 from autotune.log import get
+from autotune.unit.secrets import MASK, SECRET_FLAG
 
 __all__ = [
     "READY_LINE",
@@ -207,10 +208,7 @@ class SGLangEngine:
         Raises ServerFailed("not_ready", ...) if the server does not answer
         usable JSON, ConfigError if it refuses the API key.
         """
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        async with httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=headers, timeout=self.timeout
-        ) as client:
+        async with open_client(base_url, api_key, self.timeout) as client:
             # /get_server_info logs a deprecation WARNING on every call in every supported build.
             data = await get_json(client, "/server_info", "/get_server_info")
             if not isinstance(data, dict):
@@ -224,7 +222,7 @@ class SGLangEngine:
             data["launch_command"] = redact_command(data["launch_command"])
         for secret in ("api_key", "admin_api_key"):
             if data.get(secret):
-                data[secret] = "<redacted>"
+                data[secret] = MASK
         version = str(data["version"]) if data.get("version") is not None else None
         _warn_outside_range(version)
         return ServerInfo(
@@ -246,11 +244,8 @@ class SGLangEngine:
         cumulative. Each request's first token comes from its prefill, so a level's accept
         length is (Δgenerated − Δrequests) / Δverify calls. None without metrics (404) or
         on a build without the verify counter: the decode log lines give acceptance then."""
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         try:
-            async with httpx.AsyncClient(
-                base_url=base_url.rstrip("/"), headers=headers, timeout=self.timeout
-            ) as client:
+            async with open_client(base_url, api_key, self.timeout) as client:
                 response = await client.get("/metrics")
         except httpx.HTTPError:
             return None
@@ -401,11 +396,6 @@ def mamba_cap(log_text: str) -> int | None:
 # ---------------------------------------------------------------------- HTTP
 
 
-# A flag whose last word names a secret: --api-key, --admin-api-key, --hf-token (not
-# --speculative-num-draft-tokens, not --ssl-keyfile).
-_SECRET_FLAG = re.compile(r"^--(?:[\w-]*-)?(?:key|secret|password|passwd|token)$", re.IGNORECASE)
-
-
 def redact_command(command: str) -> str:
     """`launch_command` with the values of secret-looking flags (`--api-key`, …) replaced:
     SGLang redacts only its watermark config, and a study record must never hold a key."""
@@ -415,12 +405,12 @@ def redact_command(command: str) -> str:
     for word in words:
         flag, eq, _ = word.partition("=")
         if hide and not word.startswith("--"):
-            out.append("<redacted>")
-        elif eq and _SECRET_FLAG.match(flag):
-            out.append(f"{flag}=<redacted>")
+            out.append(MASK)
+        elif eq and SECRET_FLAG.match(flag):
+            out.append(f"{flag}={MASK}")
         else:
             out.append(word)
-        hide = not eq and bool(_SECRET_FLAG.match(word))
+        hide = not eq and bool(SECRET_FLAG.match(word))
     return " ".join(out)
 
 

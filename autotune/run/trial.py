@@ -25,6 +25,7 @@ from autotune.bench.pool import pool_levels
 from autotune.config import Config
 from autotune.deploy.base import Deployer
 from autotune.deploy.tunnel import Tunnel
+from autotune.engines import auth_headers, key_refused
 from autotune.engines.base import STUDY_FAILURES, Engine, Failure, ServerInfo
 from autotune.errors import (
     HOST_FAILURES,
@@ -41,7 +42,7 @@ from autotune.run.stopping import StopRequest
 from autotune.search import objective
 from autotune.search.pruning import PRUNED, LevelPlan, Verdict
 from autotune.space import Params
-from autotune.unit import reach
+from autotune.unit import reach, secrets
 
 log = get("autotune.run.trial")
 
@@ -84,6 +85,9 @@ class TrialPipeline:
         self.engine = engine
         self.base_unit = base_unit
         self.api_key = api_key
+        # Whatever a trial records or logs from here on has them masked.
+        secrets.remember(api_key)
+        secrets.remember_unit(base_unit, str(cfg.target.unit_file))
         self.serving: tuple[str, dict[str, str | None]] | None = None
         """The unit text and companion files of the last deploy that got through."""
         self.trace = _trace(cfg)
@@ -274,7 +278,7 @@ class TrialPipeline:
         deadline = time.monotonic() + self.cfg.target.ready_timeout
         started = time.monotonic()
         next_note = started + 5.0
-        with httpx.Client(timeout=5.0) as client:
+        with httpx.Client(timeout=5.0, headers=auth_headers(self.api_key)) as client:
             while True:
                 if interruptible:
                     self.stop.check()
@@ -290,6 +294,8 @@ class TrialPipeline:
                     if status == 404 and len(paths) > 1:
                         paths.pop(0)  # an older build without this path: the next one
                         continue
+                    if status in (401, 403):
+                        raise key_refused(status, paths[0], self.api_key is not None)
                 except httpx.TransportError:
                     pass  # not listening yet: the model is still loading
                 now = time.monotonic()
@@ -567,7 +573,12 @@ class TrialPipeline:
 
     def _result(self, score: objective.Score, attrs: dict[str, Any], unit: str) -> TrialResult:
         attrs["feasible"] = score.feasible
-        return TrialResult(score, attrs, unit, server_log=self.deployer.logs())
+        return TrialResult(
+            score,
+            secrets.value(attrs),
+            secrets.text(unit),
+            server_log=secrets.text(self.deployer.logs()),
+        )
 
 
 #: Per-level latencies as flat user attributes (`ttft_p99_ms@c16`): optuna-dashboard can

@@ -41,6 +41,7 @@ from autotune.store import optuna_private
 from autotune.store.artifacts import upload_trial
 from autotune.store.optuna_private import ArtifactStore
 from autotune.store.storage import DATABASE_ERRORS, wait_for_database
+from autotune.unit import secrets
 
 log = get("autotune")
 
@@ -369,6 +370,8 @@ class Worker:
         return st.record(self.study, trial, result.score, result.attrs)
 
     def _fail(self, trial: optuna.Trial, failure: str, reason: str) -> None:
+        reason = secrets.text(reason)  # a server's log tail may quote its API key
+
         def fail() -> None:
             tid = optuna_private.trial_id(trial)
             if optuna_private.storage(self.study).get_trial(tid).state == TrialState.RUNNING:

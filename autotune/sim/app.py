@@ -18,14 +18,15 @@ from urllib.parse import parse_qs
 
 from autotune import __version__
 from autotune.engines import sglang_facts
-from autotune.engines.sglang import redact_command
 from autotune.sim import api, httpio, logs, metrics, model
 from autotune.sim.args import SimArgs
 from autotune.sim.engine import Engine, Req
 from autotune.sim.profiles import Profile
 
 SGLANG_VERSION = sglang_facts.SIMULATED
-PUBLIC_PATHS = ("/health", "/health_generate", "/metrics")
+#: What `--api-key` leaves open, as SGLang 0.5.23 decides it (sglang/srt/utils/auth.py,
+#: decide_request_auth): any OPTIONS, and every path starting with one of these.
+PUBLIC_PREFIXES = ("/health", "/ready", "/metrics")
 
 
 class _Status:
@@ -130,7 +131,7 @@ class SimServer:
             status = 405 if req.path in self.paths else 404
             detail = "Method Not Allowed" if status == 405 else "Not Found"
             body = json.dumps({"detail": detail}).encode()
-        elif self.args.api_key and req.path not in PUBLIC_PATHS and not self._authorized(req):
+        elif self.args.api_key and not self._open(req) and not self._authorized(req):
             status, body = 401, b'{"error":"Unauthorized"}'
         else:
             try:
@@ -148,8 +149,14 @@ class SimServer:
             writer.write(httpio.response(status, body, ctype, keep_alive=req.keep_alive))
         return status
 
+    @staticmethod
+    def _open(req: httpio.Request) -> bool:
+        return req.method == "OPTIONS" or req.path.startswith(PUBLIC_PREFIXES)
+
     def _authorized(self, req: httpio.Request) -> bool:
-        return req.headers.get("authorization", "") == f"Bearer {self.args.api_key}"
+        # "<scheme> <token>", the scheme `bearer` in any case (auth.py, decide_request_auth).
+        scheme, _, token = req.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and token == self.args.api_key
 
     # -- plain endpoints ----------------------------------------------------------------
     async def health(self, req: httpio.Request, writer: asyncio.StreamWriter) -> Reply:
@@ -201,6 +208,7 @@ class SimServer:
             "context_length": None,
             "cuda_graph_max_bs": r.cuda_graph_max_bs,
             "enable_metrics": a.enable_metrics,
+            "api_key": a.api_key,  # in plain text, as 0.5.23's server_info answers it
             "speculative_algorithm": r.algorithm,
             "speculative_num_steps": s.steps if s.on else a.launch.speculative_num_steps,
             "speculative_eagle_topk": s.topk if s.on else a.launch.speculative_eagle_topk,
@@ -238,7 +246,8 @@ class SimServer:
             "internal_states": [state],
             "version": SGLANG_VERSION,
             # 0.5.20 on: the argv the server was given, joined by spaces (server_args.py).
-            "launch_command": redact_command(" ".join(self.args.argv)),
+            # 0.5.23 masks only its watermark settings here: the API key comes back as given.
+            "launch_command": " ".join(self.args.argv),
             "status": "ready" if self.ready else "starting",
             "startup_time": self.created,
             "frontend": "python",

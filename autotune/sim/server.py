@@ -238,6 +238,9 @@ def _server_args_line(args: SimArgs, profile: Profile) -> str:
         "speculative_num_draft_tokens": la.speculative_num_draft_tokens,
         "cuda_graph_max_bs": la.cuda_graph_max_bs,
         "enable_metrics": args.enable_metrics,
+        # SGLang 0.5.23 logs every server arg, its API key in plain text (engine.py,
+        # _server_args_for_logging masks only the watermark's).
+        "api_key": args.api_key,
     }
     return "server_args=ServerArgs(" + ", ".join(f"{k}={v!r}" for k, v in fields.items()) + ")"
 

@@ -31,6 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from autotune.log import get
 from autotune.store.optuna_private import ArtifactStore
 from autotune.store.storage import DATABASE_ERRORS, sqlite_file
+from autotune.unit import secrets
 
 log = get("autotune.store.artifacts")
 
@@ -107,16 +108,17 @@ def upload_trial(
     server_log: str,
     result: dict[str, Any],
 ) -> None:
-    """Attach the trial's unit, server log and measurements. Never fails the trial."""
+    """Attach the trial's unit, server log and measurements, the secrets masked. Never fails
+    the trial."""
     if store is None:
         return
     try:
         with tempfile.TemporaryDirectory() as tmp:
             files = {
-                "unit.service": (unit_text, "text/plain; charset=utf-8"),
-                "server.log": (server_log, "text/plain; charset=utf-8"),
+                "unit.service": (secrets.text(unit_text), "text/plain; charset=utf-8"),
+                "server.log": (secrets.text(server_log), "text/plain; charset=utf-8"),
                 "benchmark.json": (
-                    json.dumps(result, indent=2, default=str),
+                    json.dumps(secrets.value(result), indent=2, default=str),
                     "application/json; charset=utf-8",
                 ),
             }
