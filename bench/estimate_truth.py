@@ -23,6 +23,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 AUTOTUNE = [sys.executable, "-m", "autotune", "--log-format", "json"]
@@ -32,7 +33,7 @@ def _stamp(line: dict) -> float:
     return datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
-def run(name: str, argv: list[str], cwd: Path) -> dict[str, float | str]:
+def run(name: str, argv: list[str], cwd: Path) -> dict[str, Any]:
     started = time.time()
     proc = subprocess.run(
         [*AUTOTUNE, *argv], cwd=cwd, capture_output=True, text=True, env={**os.environ}
@@ -46,7 +47,8 @@ def run(name: str, argv: list[str], cwd: Path) -> dict[str, float | str]:
             lines.append(json.loads(raw))
         except json.JSONDecodeError:
             continue
-    first = next(x for x in lines if str(x.get("event", "")).startswith("time left:"))
+    said = [x for x in lines if str(x.get("event", "")).startswith("time left:")]
+    first = said[0]
     said_at = _stamp(first)
     return {
         "study": name,
@@ -55,7 +57,64 @@ def run(name: str, argv: list[str], cwd: Path) -> dict[str, float | str]:
         "predicted_left_s": float(first["left_s"]),
         "real_left_s": ended - said_at,
         "sentence": first["event"],
+        # Every estimate of the night against the truth, and what each trial cost by kind:
+        # the evidence for the estimate's rule (bench/results/raw/estimate_truth.jsonl).
+        "estimates": [
+            {
+                "at_s": round(_stamp(x) - started),
+                "left_s": x["left_s"],
+                "real_left_s": round(ended - _stamp(x)),
+            }
+            for x in said
+        ],
+        "trials": _trial_costs(cwd),
+        # The finalists are measured again after the trials, outside any trial's time.
+        "finalist_runs_at_s": [
+            round(_stamp(x) - started) for x in lines if x.get("event") == "finalist"
+        ],
+        "finalists_judged_at_s": [
+            round(_stamp(x) - started) for x in lines if x.get("event") == "finalists judged"
+        ],
     }
+
+
+def _trial_costs(folder: Path) -> list[dict[str, object]]:
+    """Per trial: wall seconds, the model load (`startup_s`), the levels' windows."""
+    import optuna
+
+    out: list[dict[str, object]] = []
+    for db in sorted(folder.glob("*.db")):
+        url = f"sqlite:///{db}"
+        for summary in optuna.get_all_study_summaries(url):
+            study = optuna.load_study(study_name=summary.study_name, storage=url)
+            for t in study.trials:
+                took = (
+                    (t.datetime_complete - t.datetime_start).total_seconds()
+                    if t.datetime_start and t.datetime_complete
+                    else None
+                )
+                levels = t.user_attrs.get("levels") or []
+                out.append(
+                    {
+                        "number": t.number,
+                        "state": t.state.name,
+                        "wall_s": took,
+                        "startup_s": t.user_attrs.get("startup_s"),
+                        "windows_s": [lv.get("window_s") for lv in levels],
+                        "reused_from": t.user_attrs.get("reused_from"),
+                        "failure": t.user_attrs.get("failure"),
+                    }
+                )
+    return out
+
+
+def _kept(row: dict[str, Any]) -> dict[str, Any]:
+    """Appended to the raw file as soon as the study ends (a later one may be killed)."""
+    raw = REPO / "bench" / "results" / "raw" / "estimate_truth.jsonl"
+    stamp = datetime.now().isoformat(timespec="seconds")
+    with raw.open("a") as f:
+        f.write(json.dumps({"date": stamp, **row}, default=str) + "\n")
+    return row
 
 
 def _stop_the_winner(port: int) -> None:
@@ -77,12 +136,13 @@ def main() -> int:
         if args.only in (None, "demo"):
             demo = Path(tmp) / "demo"
             demo.mkdir()
-            rows.append(run("demo (examples/demo.yaml)", ["start", "--demo"], demo))
+            rows.append(_kept(run("demo (examples/demo.yaml)", ["start", "--demo"], demo)))
         if args.only in (None, "llama"):
             config = REPO / "examples" / "llamacpp-local.yaml"
             argv = ["start", "--config", str(config), "--storage", f"sqlite:///{tmp}/llama.db"]
             try:
-                rows.append(run("llama-server (examples/llamacpp-local.yaml)", argv, Path(tmp)))
+                name = "llama-server (examples/llamacpp-local.yaml)"
+                rows.append(_kept(run(name, argv, Path(tmp))))
             finally:
                 _stop_the_winner(8091)  # the example's on_finish: apply-best leaves it serving
     out = REPO / "bench" / "results" / "estimate_truth.md"
