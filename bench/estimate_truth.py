@@ -103,6 +103,9 @@ def _trial_costs(folder: Path) -> list[dict[str, object]]:
                         "windows_s": [lv.get("window_s") for lv in levels],
                         "reused_from": t.user_attrs.get("reused_from"),
                         "failure": t.user_attrs.get("failure"),
+                        "baseline": bool(t.user_attrs.get("baseline")),
+                        "accept_length": t.user_attrs.get("accept_length"),
+                        "rehearsal_speedup": t.user_attrs.get("rehearsal_speedup"),
                     }
                 )
     return out

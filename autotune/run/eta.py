@@ -2,8 +2,9 @@
 
 Deployments left are the budget's trials, but never more than the space's configs no
 finished trial holds (a result reused, or a config predicted short of the floor, costs
-nothing); each at the median time of a trial that served; then the finalists' runs and
-their changing-load phases. A study no worker runs is paused, not ending.
+nothing); each charged what the trials so far cost (`search/estimate.py` says how, kind by
+kind); then the finalists' runs and their changing-load phases. A study no worker runs is
+paused, not ending.
 """
 
 from __future__ import annotations
@@ -28,7 +29,17 @@ def of(cfg: Config, study: optuna.Study, *, live: bool | None = None) -> estimat
         extra_s=finalists.expected_phase_s(cfg, study),
         configs_left=configs_left(cfg, study),
         live=live,
+        bench_bound_s=bench_bound_s(cfg),
     )
+
+
+def bench_bound_s(cfg: Config) -> float:
+    """The longest one deployment's benchmark may take, in wall seconds: every level at
+    `max_duration`, measured again when a confidence target is set and missed, then the
+    open-loop rates."""
+    b = cfg.benchmark
+    again = 2 if b.ci_width is not None else 1
+    return len(b.concurrency) * b.max_duration * again + len(b.request_rate) * b.rate_duration
 
 
 def configs_left(cfg: Config, study: optuna.Study) -> int | None:

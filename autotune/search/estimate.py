@@ -1,10 +1,23 @@
-"""How long the rest of the study will take, from the time its deployed trials took.
+"""How long the rest of the study will take, from what each kind of work cost so far.
 
-A trial here costs what it cost so far on this hardware: model load, warm-up,
-every benchmark level (measured again where noisy) and the restart around it,
-taken as the median over the trials that deployed a server (results reused
-from an earlier trial cost nothing). Several workers share what is left. The
-finalists, measured again once the budget is spent, are counted too.
+What is left is trials, finalist runs and the finalists' changing-load phases, each
+charged what the study measured it to cost on this hardware:
+
+- a trial to come: the mean wall time of the trials that ended on their own, every kind
+  in its share (a config measured on every level, one pruned after a level, one the
+  server capped below the floor, one predicted short and never deployed); a mean, not a
+  median, because what is asked is a sum;
+- a finalist run: the mean of the trials measured on every level (a finalist is never
+  cut short), plus its changing-load phase (`extra_s`);
+- the unit as it is (the baseline) when it drafts nothing is no sample of the configs to
+  come: without speculation every step emits one token, its levels meet the confidence
+  target in the shortest window, while a drafting config's accepted tokens vary from
+  step to step and run its levels to `max_duration`, measured again when the target is
+  missed (the real llama-server, bench/results/estimate_truth.md: 7.5-s windows against
+  31 s per level). Until a drafting trial has finished, a trial is charged the
+  baseline's load and overhead plus the benchmark's upper bound (`bench_bound_s`).
+
+Several workers share what is left.
 """
 
 from __future__ import annotations
@@ -26,7 +39,7 @@ class Estimate:
     spent_s: float
     """Wall-clock from the first trial's start to the last trial's end (or now, if running)."""
     per_trial_s: float
-    """Median duration of a trial that deployed a server."""
+    """What a trial to come costs, in wall seconds (the mean of the trials so far)."""
     remaining: int
     """Trials still to run (the study's total minus those finished)."""
     finalist_runs: int
@@ -55,21 +68,20 @@ def of(
     configs_left: int | None = None,
     live: bool | None = None,
     now: float | None = None,
+    bench_bound_s: float | None = None,
 ) -> Estimate | None:
     """None until a trial that deployed a server has finished. `extra_s`: seconds of work
     to come that no trial's duration shows (the finalists' changing-load phases).
     `configs_left`: configs of the space no finished trial holds, so that a small space's
     last configs are not counted as the whole budget. `live`: a worker is running the study
-    (None: some trial is RUNNING)."""
+    (None: some trial is RUNNING). `bench_bound_s`: the longest the benchmark of one
+    deployment may take (every level at its maximum window, twice with a CI target), what
+    a drafting config is charged before one was measured."""
     now = time.time() if now is None else now
     trials = study.get_trials(deepcopy=False)
-    deployed = [t for t in trials if _deployed(t)]
-    # A server that crashed at once says nothing about how long a measured config takes.
-    served = [t for t in deployed if not t.user_attrs.get("failure")] or deployed
-    took = [s for s in (_seconds(t) for t in served) if s is not None]
-    if not took:
+    if not any(_deployed(t) and _seconds(t) is not None for t in trials):
         return None
-    per = statistics.median(took)
+    per, full = _costs(trials, bench_bound_s)
     finished = sum(t.state in FINISHED for t in trials)
     remaining = max(0, n_trials - finished)
     if configs_left is not None:
@@ -77,7 +89,7 @@ def of(
     running = [t for t in trials if t.state == TrialState.RUNNING]
     owners = {_owner(t) for t in running}
     workers = max(1, len(owners))
-    left = (remaining + finalist_runs) * per / workers + extra_s
+    left = (remaining * per + finalist_runs * full) / workers + extra_s
     starts = [t.datetime_start.timestamp() for t in trials if t.datetime_start is not None]
     ends = [t.datetime_complete.timestamp() for t in trials if t.datetime_complete is not None]
     live = bool(running) if live is None else live
@@ -85,6 +97,59 @@ def of(
     spent = last - min(starts) if starts else 0.0
     paused = None if live else last
     return Estimate(spent, per, remaining, finalist_runs, workers, left, now + left, paused)
+
+
+def _costs(trials: list[FrozenTrial], bench_bound_s: float | None) -> tuple[float, float]:
+    """(a trial to come, a finalist run), in wall seconds: the module's rule."""
+    ended = [t for t in trials if _ended_on_its_own(t) and _seconds(t) is not None]
+    samples = [t for t in ended if not (t.user_attrs.get("baseline") and not _drafts(t))]
+    if samples:
+        per = statistics.fmean(_seconds(t) or 0.0 for t in samples)
+        full = [_seconds(t) or 0.0 for t in samples if _measured_whole(t)]
+        return per, statistics.fmean(full) if full else per
+    # Only a baseline that drafts nothing: its load and overhead, the levels at their bound.
+    base = [t for t in ended if _deployed(t)]
+    own = statistics.fmean(_seconds(t) or 0.0 for t in base)
+    if bench_bound_s is None:
+        return own, own
+    overhead = statistics.fmean((_seconds(t) or 0.0) - _windows_wall(t) for t in base)
+    bound = max(own, overhead + bench_bound_s)
+    return bound, bound
+
+
+def _ended_on_its_own(t: FrozenTrial) -> bool:
+    """Finished, with times that say what its kind of trial costs (an interrupted one, or
+    one a host failure ended, does not)."""
+    return (
+        t.state in (*FINISHED, TrialState.FAIL)
+        and t.user_attrs.get("failure") not in _NOT_A_COST
+        and t.datetime_start is not None
+        and t.datetime_complete is not None
+    )
+
+
+_NOT_A_COST = ("interrupted", "daemon_died", "infrastructure", "host_failure")
+
+
+def _drafts(t: FrozenTrial) -> bool:
+    """The server counted accepted drafts: speculation was on."""
+    return t.user_attrs.get("accept_length") is not None
+
+
+def _measured_whole(t: FrozenTrial) -> bool:
+    return (
+        t.state == TrialState.COMPLETE
+        and bool(t.user_attrs.get("levels"))
+        and not t.user_attrs.get("failure")
+        and t.user_attrs.get("reused_from") is None
+    )
+
+
+def _windows_wall(t: FrozenTrial) -> float:
+    """The measured windows of its levels in wall seconds (a rehearsal's run faster)."""
+    speedup = t.user_attrs.get("rehearsal_speedup") or 1.0
+    windows = [lv.get("window_s") or 0.0 for lv in t.user_attrs.get("levels") or []]
+    return sum(windows) / float(speedup)
 
 
 def _deployed(t: FrozenTrial) -> bool:
