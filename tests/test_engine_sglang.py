@@ -350,7 +350,7 @@ def test_server_info_reads_capacity_from_internal_states_with_dp(
 @pytest.mark.parametrize(
     ("status", "body", "error", "text"),
     [
-        (401, {"error": "unauthorized"}, ConfigError, "refused the API key"),
+        (401, {"error": "unauthorized"}, ConfigError, "asks for an API key .HTTP 401"),
         (500, {"error": "boom"}, ServerFailed, "answered HTTP 500"),
         (200, b"<html>not json</html>", ServerFailed, "did not answer JSON"),
         (200, [1, 2], ServerFailed, "did not answer a JSON object"),

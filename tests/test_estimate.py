@@ -16,11 +16,14 @@ from typing import Any
 import optuna
 import pytest
 
+from autotune.config import load_config
+from autotune.run import eta
 from autotune.search import estimate
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO / "bench" / "results" / "raw" / "estimate_truth.jsonl"
 T0 = datetime(2026, 12, 6, 21, 37)
+MODEL = Path.home() / ".cache" / "autotune" / "models" / "gemma3-270m-q4_k_m.gguf"
 
 #: What the recorded studies' configs give `estimate.of` (examples/*.yaml): their budget,
 #: the finalist runs expected, the changing-load phases' seconds, the benchmark's bound.
@@ -127,3 +130,39 @@ def test_a_trial_to_come_costs_the_mean_of_every_kind_so_far() -> None:
     assert e is not None
     assert e.per_trial_s == pytest.approx((12.0 + 4.0 + 0.05) / 3)
     assert e.left_s == pytest.approx(2 * e.per_trial_s + 12.0)  # the finalist: a whole one
+
+
+# -- before any trial: one figure -----------------------------------------------------------
+
+EXAMPLES = {
+    "demo": (REPO / "examples" / "demo.yaml", REPO / "examples" / "sglang-sim.service"),
+    "llama-server": (
+        REPO / "examples" / "llamacpp-local.yaml",
+        REPO / "examples" / "llamacpp-local.service",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_the_night_before_it_starts_is_within_half_again_of_the_recorded_one(name: str) -> None:
+    config, unit = EXAMPLES[name]
+    if name == "llama-server" and not MODEL.exists():
+        pytest.skip(f"{MODEL} is not here: `make llamacpp-install` fetches it")
+    n = eta.night(load_config(config), unit.read_text())
+    assert n.load_s is not None  # a duration, from the model's size, not "plus N loads"
+    real = _nights()[name]["total_s"]
+    assert 1 / 1.5 <= n.total_s / real <= 1.5, (name, n, real)
+
+
+def test_a_model_autotune_cannot_size_leaves_the_loads_counted_apart() -> None:
+    cfg = load_config(EXAMPLES["demo"][0])
+    unit = EXAMPLES["demo"][1].read_text()
+    real = unit.replace("--sim-load-time 1.5", "").replace(
+        "autotune sim", "python3 -m sglang.launch_server"
+    )
+    said = eta.before_start(cfg, real.replace("Qwen/Qwen3.5-122B-A10B", "/nowhere/some-model"))
+    assert said.startswith("about ") and " plus 18 model loads: up to 12 deployments" in said
+    # A hub name with its parameter count (122B, taken as BF16) at the rate calibration.md
+    # measured for that model: its 90-100 s.
+    assert eta.night(cfg, real).load_s == pytest.approx(95.0)
+    assert "each a model load of about 2 min" in eta.before_start(cfg, real)

@@ -56,6 +56,12 @@ def test_an_eagle_chain_unit_gets_a_space_that_tunes_topk_within_its_limits(
         if key in ("n_trials", "on_finish", "concurrency", "max_tokens", "min_duration"):
             assert "#" in line, line  # each choice says why, in one line
     assert "ok  unit:" in out and "Traceback" not in out
+    # One figure for the night, the model load a duration: the simulator's 0.2 s load plus
+    # its start, twenty deployments and the finalists at the benchmark's bound.
+    (said,) = [x for x in out.splitlines() if x.startswith("ok  estimate: ")]
+    assert said.startswith("ok  estimate: about "), said
+    assert "plus" not in said.split(":")[1], said  # no "plus N model loads" left apart
+    assert "up to 20 deployments" in said and "each a model load of about 1 s" in said, said
 
 
 def test_a_cuda_graph_cap_below_the_levels_becomes_the_top_level_and_the_floor(

@@ -68,6 +68,12 @@ class ToyEngine:
     def default_space(self, flags: dict[str, str | None]) -> tuple[str, str]:
         return str(self.space), "the toy's one knob"
 
+    def time_scale(self, argv: list[str]) -> float:
+        return 1.0
+
+    def load_seconds(self, argv: list[str]) -> float | None:
+        return None
+
     def ready_paths(self) -> tuple[str, ...]:
         return ("/health",)
 

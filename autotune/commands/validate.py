@@ -73,7 +73,7 @@ def run(cfg: Config) -> list[Finding]:
         if _parses(text):
             # A unit that does not parse was said once, above: one problem, one line.
             check("server", lambda: _server(cfg, text, probe=bool(unit_text)))
-    check("estimate", lambda: _estimate(cfg))
+    check("estimate", lambda: _estimate(cfg, text))
     return findings
 
 
@@ -89,10 +89,10 @@ def _copy(cfg: Config) -> str | None:
         return None
 
 
-def _estimate(cfg: Config) -> str:
+def _estimate(cfg: Config, unit_text: str | None) -> str:
     from autotune.run import eta
 
-    return eta.before_start(cfg)
+    return eta.before_start(cfg, unit_text)
 
 
 def _parses(text: str) -> bool:

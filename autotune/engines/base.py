@@ -156,6 +156,17 @@ class Engine(Protocol):
     def default_space(self, flags: dict[str, str | None]) -> tuple[str, str]:
         """(built-in search space file, why) for a unit that runs with `flags` now."""
 
+    def time_scale(self, argv: list[str]) -> float:
+        """How many times faster than real time this command line's server runs: a
+        rehearsal's simulator (`--sim-speedup`), 1.0 for a real server."""
+        ...
+
+    def load_seconds(self, argv: list[str]) -> float | None:
+        """From start to ready with this command line, before one start was measured: the
+        model's size at the engine's measured load rate (`engines/loading.py`); None when
+        the model's size or the rate is not known here."""
+        ...
+
     def ready_paths(self) -> tuple[str, ...]:
         """Paths that answer 200 only once the server really serves, best first; a 404 (a
         build without the path) moves on to the next."""

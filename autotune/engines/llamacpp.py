@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from autotune.engines import loading
 from autotune.engines._http import get_json, open_client
 from autotune.engines._text import clip, describe_exit, opt_int, per_position, prometheus
 from autotune.engines.base import Counters, Failure, ServerInfo
@@ -114,6 +115,12 @@ def parse_metrics(text: str) -> dict[str, float]:
     return prometheus(text, "llamacpp:")
 
 
+#: llama-server's start and its model's load rate on this 2-core machine (measured by
+#: bench/estimate_truth.py: gemma3-270m Q4_K_M, 253 MB, ready 1.4-1.8 s after the start).
+START_S = 1.0
+LOAD_BYTES_PER_S = 0.5e9
+
+
 class LlamaCppEngine:
     """The `Engine` for llama.cpp's `llama-server`.
 
@@ -143,6 +150,13 @@ class LlamaCppEngine:
 
     def runs(self, asked: dict[str, Any]) -> dict[str, Any]:
         return dict(asked)
+
+    def time_scale(self, argv: list[str]) -> float:
+        return 1.0
+
+    def load_seconds(self, argv: list[str]) -> float | None:
+        size = loading.model_bytes(loading.flag_value(argv, "--model", "-m"))
+        return None if size is None else START_S + size / LOAD_BYTES_PER_S
 
     def ready_paths(self) -> tuple[str, ...]:
         # 503 {"error": {"message": "Loading model"}} until the model is loaded, then 200.

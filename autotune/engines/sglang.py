@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from autotune.engines import loading
 from autotune.engines import sglang_facts as facts
 from autotune.engines._http import get_json, open_client
 from autotune.engines._text import argparse_flags, clip, describe_exit, opt_int, prometheus
@@ -156,8 +157,7 @@ class SGLangEngine:
         words = " ".join(argv)
         if "sglang.launch_server" in words or re.search(r"(^|[/\s])sglang\s+serve\b", words):
             return True
-        # The simulated SGLang server (rehearsal mode).
-        return "autotune.sim" in words or bool(re.search(r"(^|[/\s])autotune\s+sim\b", words))
+        return _simulated(argv)
 
     def default_space(self, flags: dict[str, str | None]) -> tuple[str, str]:
         algorithm = (flags.get("--speculative-algorithm") or "").upper()
@@ -180,6 +180,19 @@ class SGLangEngine:
         if chain and "speculative_num_draft_tokens" in out:
             out["speculative_num_draft_tokens"] = steps + 1
         return out
+
+    def time_scale(self, argv: list[str]) -> float:
+        if not _simulated(argv):
+            return 1.0
+        return float(loading.flag_value(argv, "--sim-speedup") or 1.0)
+
+    def load_seconds(self, argv: list[str]) -> float | None:
+        if _simulated(argv):
+            load = float(loading.flag_value(argv, "--sim-load-time") or 1.5)
+            return load / self.time_scale(argv) + facts.SIM_START_S
+        path = loading.flag_value(argv, "--model-path", "--model")
+        size = loading.model_bytes(path) or loading.bytes_from_name(path)
+        return None if size is None else size / facts.LOAD_BYTES_PER_S
 
     def ready_paths(self) -> tuple[str, ...]:
         # /ready (0.5.20 on) answers 200 once warmup is done, without work; /health does
@@ -394,6 +407,12 @@ def mamba_cap(log_text: str) -> int | None:
 
 
 # ---------------------------------------------------------------------- HTTP
+
+
+def _simulated(argv: list[str]) -> bool:
+    """The simulated SGLang server (rehearsal mode)."""
+    words = " ".join(argv)
+    return "autotune.sim" in words or bool(re.search(r"(^|[/\s])autotune\s+sim\b", words))
 
 
 def redact_command(command: str) -> str:

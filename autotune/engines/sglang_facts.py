@@ -274,3 +274,12 @@ KNOWN_SIMULATOR_DIFFERENCES = (
     "the KV drop the calibration measured would give 26 -> 18 running requests, not 21; "
     "the cap and its warning line are 0.5.23's",
 )
+
+
+#: Model bytes loaded per second, start to ready (docs/calibration.md: Qwen3.5-122B-A10B,
+#: taken as BF16's 244 GB, in 90-100 s per restart on 4 RTX PRO 6000): `autotune init` and
+#: `validate`'s estimate before the first trial measures the load.
+LOAD_BYTES_PER_S = 244e9 / 95
+#: The simulator's start before its `--sim-load-time` (measured: the demo's trials were
+#: ready 1.1 s after the start with 1.5 s of load at 4x speed).
+SIM_START_S = 0.7

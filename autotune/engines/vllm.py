@@ -175,6 +175,12 @@ class VLLMEngine:
                 out["prompt_lookup_max"] = low
         return out
 
+    def time_scale(self, argv: list[str]) -> float:
+        return 1.0
+
+    def load_seconds(self, argv: list[str]) -> float | None:
+        return None  # no vLLM start on a GPU measured yet: the first trial measures it
+
     def ready_paths(self) -> tuple[str, ...]:
         return ("/health",)
 

@@ -9,13 +9,19 @@ paused, not ending.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import optuna
 
 from autotune.bench.phase import ramp
 from autotune.config import Config
+from autotune.engines import get_engine
+from autotune.errors import ConfigError
 from autotune.run import finalists
 from autotune.search import estimate
 from autotune.search import study as st
+from autotune.unit import unitfile
 
 
 def of(cfg: Config, study: optuna.Study, *, live: bool | None = None) -> estimate.Estimate | None:
@@ -55,21 +61,68 @@ def configs_left(cfg: Config, study: optuna.Study) -> int | None:
     return max(0, size - len(tried))
 
 
-def before_start(cfg: Config) -> str:
-    """The estimate before any trial: the benchmark's own time per deployment from the
-    config; the model load is the server's and is not known until the first start."""
+#: A deployment's warm-ups, drains and restart around its load and windows (measured by
+#: bench/estimate_truth.py: 2.5 s on the demo, 4.8 s on the real llama-server).
+OVERHEAD_S = 3.0
+
+
+@dataclass(frozen=True)
+class Night:
+    """The study's length before any trial ran."""
+
+    total_s: float
+    deployments: int
+    finalist_runs: int
+    load_s: float | None
+    """One model load (None: not known before the first trial)."""
+    bench_s: float
+    """One deployment's benchmark at its bound."""
+    configs: int | None
+
+
+def night(cfg: Config, unit_text: str | None = None) -> Night:
+    """Each deployment the unit's model load (its size at the engine's load rate), warm-ups
+    and restart, and the benchmark at its bound, which every drafting config reached on the
+    real llama-server (`search/estimate.py`); then the finalists' runs and their
+    changing-load phases (a rehearsal's run faster)."""
     b = cfg.benchmark
     size = cfg.space.size() if cfg.space.enumerable() else None
     deployments = min(cfg.study.n_trials, size) if size is not None else cfg.study.n_trials
     runs = b.finalists * min(b.finalist_rounds, 2) if b.finalists else 0
-    low = len(b.concurrency) * b.min_duration + len(b.request_rate) * b.rate_duration
-    high = len(b.concurrency) * b.max_duration + len(b.request_rate) * b.rate_duration
+    engine = get_engine(cfg.target.engine)
+    argv = _argv(cfg, unit_text)
+    load = engine.load_seconds(argv) if argv else None
+    scale = engine.time_scale(argv) if argv else 1.0
     phases = b.finalists * len(ramp(b.concurrency)) * b.load_phase_segment if b.load_phase else 0
-    total = (deployments + runs) * low + phases
-    configs = f" of {size} configs" if size is not None else ""
+    bound = bench_bound_s(cfg)
+    total = (deployments + runs) * ((load or 0.0) + OVERHEAD_S + bound) + phases / scale
+    return Night(total, deployments, runs, load, bound, size)
+
+
+def before_start(cfg: Config, unit_text: str | None = None) -> str:
+    """`night` in one line: `validate` and `init` print it."""
+    n = night(cfg, unit_text)
+    configs = f" of {n.configs} configs" if n.configs is not None else ""
+    figure = f"about {estimate.duration(n.total_s)}"
+    if n.load_s is None:
+        each = "a model load (its length unknown until the first trial)"
+        figure += f" plus {n.deployments + n.finalist_runs} model loads"
+    else:
+        each = f"a model load of about {estimate.duration(n.load_s)}"
     return (
-        f"up to {deployments} deployments{configs} and about {runs} finalist runs, each a "
-        f"model load plus {estimate.duration(low)}-{estimate.duration(high)} of benchmark "
-        f"levels: at least {estimate.duration(total)} plus {deployments + runs} model loads; "
-        "after the first trial, `autotune status` says it at the measured pace"
+        f"{figure}: up to {n.deployments} deployments{configs} and about {n.finalist_runs} "
+        f"finalist runs, each {each} and up to {estimate.duration(n.bench_s)} of benchmark "
+        "levels; after the first trial, `autotune status` says it at the measured pace"
     )
+
+
+def _argv(cfg: Config, unit_text: str | None) -> list[str] | None:
+    """The unit's command line with `%h` as this user's home (a local unit's model path)."""
+    if unit_text is None:
+        return None
+    try:
+        argv = unitfile.parse_exec_start(unit_text, source=str(cfg.target.unit_file)).argv
+    except ConfigError:
+        return None
+    home = str(Path.home())
+    return [w.replace("%h", home) for w in argv]

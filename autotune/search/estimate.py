@@ -79,9 +79,10 @@ def of(
     a drafting config is charged before one was measured."""
     now = time.time() if now is None else now
     trials = study.get_trials(deepcopy=False)
-    if not any(_deployed(t) and _seconds(t) is not None for t in trials):
+    costs = _costs(trials, bench_bound_s)
+    if costs is None:
         return None
-    per, full = _costs(trials, bench_bound_s)
+    per, full = costs
     finished = sum(t.state in FINISHED for t in trials)
     remaining = max(0, n_trials - finished)
     if configs_left is not None:
@@ -99,16 +100,19 @@ def of(
     return Estimate(spent, per, remaining, finalist_runs, workers, left, now + left, paused)
 
 
-def _costs(trials: list[FrozenTrial], bench_bound_s: float | None) -> tuple[float, float]:
-    """(a trial to come, a finalist run), in wall seconds: the module's rule."""
+def _costs(trials: list[FrozenTrial], bench_bound_s: float | None) -> tuple[float, float] | None:
+    """(a trial to come, a finalist run), in wall seconds: the module's rule; None before a
+    trial that deployed a server has ended on its own."""
     ended = [t for t in trials if _ended_on_its_own(t) and _seconds(t) is not None]
+    base = [t for t in ended if _deployed(t)]
+    if not base:
+        return None
     samples = [t for t in ended if not (t.user_attrs.get("baseline") and not _drafts(t))]
     if samples:
         per = statistics.fmean(_seconds(t) or 0.0 for t in samples)
         full = [_seconds(t) or 0.0 for t in samples if _measured_whole(t)]
         return per, statistics.fmean(full) if full else per
     # Only a baseline that drafts nothing: its load and overhead, the levels at their bound.
-    base = [t for t in ended if _deployed(t)]
     own = statistics.fmean(_seconds(t) or 0.0 for t in base)
     if bench_bound_s is None:
         return own, own
