@@ -37,14 +37,17 @@ STUDIES = {
 }
 
 
-def _nights() -> dict[str, dict[str, Any]]:
-    """The first recorded night of each study (made at f1fa63b, before this rule)."""
-    nights: dict[str, dict[str, Any]] = {}
+def _all_nights() -> dict[str, list[dict[str, Any]]]:
+    nights: dict[str, list[dict[str, Any]]] = {}
     for line in RAW.read_text().splitlines():
         row = json.loads(line)
-        name = row["study"].split(" (")[0]
-        nights.setdefault(name, row)
+        nights.setdefault(row["study"].split(" (")[0], []).append(row)
     return nights
+
+
+def _nights() -> dict[str, dict[str, Any]]:
+    """The first recorded night of each study (made at f1fa63b, before this rule)."""
+    return {name: rows[0] for name, rows in _all_nights().items()}
 
 
 def _trial(t: dict[str, Any], start: datetime) -> optuna.trial.FrozenTrial:
@@ -95,12 +98,24 @@ def _first_estimate(name: str, night: dict[str, Any]) -> float:
     return e.left_s
 
 
-@pytest.mark.parametrize("name", sorted(STUDIES))
-def test_the_first_estimate_is_within_a_quarter_of_the_recorded_night(name: str) -> None:
-    night = _nights()[name]
-    predicted = _first_estimate(name, night)
-    real = night["real_left_s"]
-    assert abs(predicted / real - 1) <= 0.25, (name, predicted, real)
+def test_the_first_estimate_is_within_a_quarter_of_every_real_engine_night() -> None:
+    nights = _all_nights()["llama-server"]
+    for night in nights:
+        predicted = _first_estimate("llama-server", night)
+        assert abs(predicted / night["real_left_s"] - 1) <= 0.25, (night["date"], predicted)
+
+
+def test_the_first_demo_estimate_charges_the_rest_as_whole_trials() -> None:
+    """The demo's own night is not one length (the pruner and the finalists' rounds decide
+    after the first trial: bench/results/estimate_truth.md). Charged as whole trials, the
+    rest is never shorter than the shortest night recorded, and at most a quarter longer
+    than the longest."""
+    nights = _all_nights()["demo"]
+    assert len(nights) >= 2
+    reals = [n["real_left_s"] for n in nights]
+    for night in nights:
+        predicted = _first_estimate("demo", night)
+        assert min(reals) <= predicted <= 1.25 * max(reals), (night["date"], predicted, reals)
 
 
 def test_the_old_rule_missed_the_real_engine_by_two_thirds() -> None:
