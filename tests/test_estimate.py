@@ -105,17 +105,17 @@ def test_the_first_estimate_is_within_a_quarter_of_every_real_engine_night() -> 
         assert abs(predicted / night["real_left_s"] - 1) <= 0.25, (night["date"], predicted)
 
 
-def test_the_first_demo_estimate_charges_the_rest_as_whole_trials() -> None:
-    """The demo's own night is not one length (the pruner and the finalists' rounds decide
-    after the first trial: bench/results/estimate_truth.md). Charged as whole trials, the
-    rest is never shorter than the shortest night recorded, and at most a quarter longer
-    than the longest."""
+def test_the_first_demo_estimate_is_on_the_long_side_of_every_night() -> None:
+    """The demo's own night is not one length (bench/results/estimate_truth.md: 132 to 235 s
+    for one command). After one whole trial the rest is charged as whole trials and two
+    finalist rounds; most nights the pruner stops half the configs after one level, the
+    capacity floor skips two or three, and one finalist round settles it: the estimate
+    is long (by 60 % on the median night), never short."""
     nights = _all_nights()["demo"]
     assert len(nights) >= 2
-    reals = [n["real_left_s"] for n in nights]
     for night in nights:
         predicted = _first_estimate("demo", night)
-        assert min(reals) <= predicted <= 1.25 * max(reals), (night["date"], predicted, reals)
+        assert predicted >= night["real_left_s"], (night["date"], predicted)
 
 
 def test_the_old_rule_missed_the_real_engine_by_two_thirds() -> None:
