@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +21,11 @@ import pytest
 import structlog
 import yaml
 
-from autotune.deploy.local_process import PIDFILE
+from autotune.config import config_from_dict
+from autotune.deploy.local_process import PIDFILE, LocalProcessDeployer
+from autotune.engines.sglang import SGLangEngine
+from autotune.errors import StudyStopped
+from autotune.run.trial import TrialPipeline
 from autotune.unit import secrets
 from tests.e2e import autotune, study_dir
 
@@ -170,3 +176,51 @@ def test_a_refused_or_missing_key_stops_the_study_in_one_line(
         study = optuna.load_study(study_name="e2e", storage=f"sqlite:///{folder / 'study.db'}")
         # Given back, not recorded: the key is the operator's to fix, no config's fault.
         assert not [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+
+
+# -- a server that guards its readiness path too ----------------------------------------------
+
+GUARDED = """
+import http.server, sys
+
+class Guarded(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.headers.get("Authorization") == "Bearer " + sys.argv[2]
+        self.send_response(200 if ok else 401)
+        self.end_headers()
+        self.wfile.write(b"{}" if ok else b'{"error":"Unauthorized"}')
+
+    def log_message(self, *args):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Guarded).serve_forever()
+"""
+
+
+def test_the_readiness_poll_carries_the_key_and_a_refusal_there_is_one_line(
+    tmp_path: Path,
+) -> None:
+    """A server whose `/ready` wants the key too (SGLang 0.5.23 leaves it open; a build or a
+    proxy in front of it may not): the poll sends it, and a wrong one stops the wait at once
+    with the key's line instead of timing out as `not_ready`."""
+    script = tmp_path / "guarded.py"
+    script.write_text(GUARDED)
+    config = yaml.safe_load(_config(tmp_path, key_variable=None).read_text())
+    port = int(config["target"]["base_url"].rsplit(":", 1)[1])
+    unit = tmp_path / "guarded.service"
+    unit.write_text(f"[Service]\nExecStart={sys.executable} {script} {port} {KEY}\n")
+    config["target"]["unit_file"] = str(unit)
+    cfg = config_from_dict(config, str(tmp_path / "autotune.yaml"), tmp_path)
+    for key, answer in ((KEY, None), ("not-the-key", "refused the API key (HTTP 401 on /ready)")):
+        deployer = LocalProcessDeployer(unit, log_dir=tmp_path / "logs")
+        try:
+            pipeline = TrialPipeline(cfg, deployer, SGLangEngine(), unit.read_text(), key)
+            deployer.deploy(unit.read_text())
+            if answer is None:
+                pipeline.wait_ready()  # 200 only with the key: the poll sent it
+            else:
+                with pytest.raises(StudyStopped, match=re.escape(answer)) as stopped:
+                    pipeline.wait_ready()
+                assert str(stopped.value).startswith("target.api_key_env: ")
+        finally:
+            deployer.close()
