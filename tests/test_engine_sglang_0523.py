@@ -12,7 +12,8 @@ import pytest
 import structlog.testing
 
 from autotune.engines import sglang as sglang_engine
-from autotune.engines.sglang import SGLangEngine, launch_flags, mamba_cap, redact_command
+from autotune.engines.sglang import SGLangEngine, launch_flags, mamba_cap
+from autotune.unit.secrets import mask_command
 from tests.test_engine_sglang import EAGLE, Sim, start_sim  # noqa: F401  (fixture)
 
 REAL = Path(__file__).parent / "data" / "sglang" / "real"
@@ -58,11 +59,11 @@ def test_launch_command_is_read_and_secrets_never_kept() -> None:
         "--enable-metrics": True,
         "--x": "1",
     }
-    assert "s3cret" not in redact_command(cmd)
-    assert "s3cret" not in redact_command("--admin-api-key=s3cret")
-    assert "s3cret" not in redact_command("--hf-token s3cret --port 1")
+    assert "s3cret" not in mask_command(cmd)
+    assert "s3cret" not in mask_command("--admin-api-key=s3cret")
+    assert "s3cret" not in mask_command("--hf-token s3cret --port 1")
     kept = "--speculative-num-draft-tokens 4 --ssl-keyfile k.pem"
-    assert redact_command(kept) == kept
+    assert mask_command(kept) == kept
     assert launch_flags(None) is None
 
 

@@ -11,20 +11,22 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from autotune.unit import unitfile
+
 #: File names that hold a model's weights in a model folder.
 _WEIGHTS = ("*.safetensors", "*.bin", "*.gguf", "*.pt")
 
 
 def flag_value(argv: list[str], *names: str) -> str | None:
-    """The value of the last of `names` on a command line (`--flag V` or `--flag=V`)."""
+    """The value of the last of `names` on a command line: `--flag V` or `--flag=V` as
+    `unitfile.split_flags` reads them, or a short `-m V`."""
     found = None
-    for i, word in enumerate(argv):
-        flag, eq, inline = word.partition("=")
-        if flag in names:
-            if eq:
-                found = inline
-            elif i + 1 < len(argv):
-                found = argv[i + 1]
+    for name, _, _, _, value in unitfile.split_flags(argv):
+        if name in names:
+            found = value
+    for i, word in enumerate(argv[:-1]):
+        if word in names and not word.startswith("--"):
+            found = argv[i + 1]
     return found
 
 

@@ -25,7 +25,7 @@ from autotune.engines.base import Counters, Failure, ServerInfo
 from autotune.engines.host import host_failure
 from autotune.errors import ServerFailed
 from autotune.log import get
-from autotune.unit.secrets import MASK, SECRET_FLAG
+from autotune.unit.secrets import MASK, mask_command
 
 __all__ = [
     "READY_LINE",
@@ -34,7 +34,6 @@ __all__ = [
     "launch_flags",
     "mamba_cap",
     "parse_capacity",
-    "redact_command",
 ]
 
 READY_LINE = facts.READY_LINE.text
@@ -232,7 +231,7 @@ class SGLangEngine:
             if context_len is None:
                 context_len = opt_int(data.get("context_length"))
         if isinstance(data.get("launch_command"), str):
-            data["launch_command"] = redact_command(data["launch_command"])
+            data["launch_command"] = mask_command(data["launch_command"])
         for secret in ("api_key", "admin_api_key"):
             if data.get(secret):
                 data[secret] = MASK
@@ -413,24 +412,6 @@ def _simulated(argv: list[str]) -> bool:
     """The simulated SGLang server (rehearsal mode)."""
     words = " ".join(argv)
     return "autotune.sim" in words or bool(re.search(r"(^|[/\s])autotune\s+sim\b", words))
-
-
-def redact_command(command: str) -> str:
-    """`launch_command` with the values of secret-looking flags (`--api-key`, …) replaced:
-    SGLang redacts only its watermark config, and a study record must never hold a key."""
-    words = command.split()
-    out: list[str] = []
-    hide = False
-    for word in words:
-        flag, eq, _ = word.partition("=")
-        if hide and not word.startswith("--"):
-            out.append(MASK)
-        elif eq and SECRET_FLAG.match(flag):
-            out.append(f"{flag}={MASK}")
-        else:
-            out.append(word)
-        hide = not eq and bool(SECRET_FLAG.match(word))
-    return " ".join(out)
 
 
 def launch_flags(command: Any) -> dict[str, str | bool] | None:

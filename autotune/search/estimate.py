@@ -161,7 +161,7 @@ def _deployed(t: FrozenTrial) -> bool:
         t.state in (*FINISHED, TrialState.FAIL)
         and t.user_attrs.get("reused_from") is None
         and t.user_attrs.get("deployed") is not False
-        and t.user_attrs.get("failure") not in ("interrupted", "daemon_died", "infrastructure")
+        and t.user_attrs.get("failure") not in _NOT_A_COST
         and t.datetime_start is not None
         and t.datetime_complete is not None
     )

@@ -71,15 +71,24 @@ def in_unit(unit_text: str, source: str | None = None) -> set[str]:
 def in_argv(argv: Iterable[str]) -> list[str]:
     """The values of the secret-looking flags of a command line (`--api-key K`,
     `--api-key=K`)."""
-    found: list[str] = []
-    words = list(argv)
-    for i, word in enumerate(words):
-        flag, eq, inline = word.partition("=")
-        if eq and SECRET_FLAG.match(flag):
-            found.append(inline)
-        elif SECRET_FLAG.match(word) and i + 1 < len(words) and not words[i + 1].startswith("--"):
-            found.append(words[i + 1])
-    return found
+    return [v for name, _, _, _, v in unitfile.split_flags(list(argv)) if _secret(name, v)]
+
+
+def mask_command(command: str) -> str:
+    """A command line joined by spaces (SGLang's `launch_command`) with the values of its
+    secret-looking flags masked, whether autotune knows them or not."""
+    words = command.split()
+    for name, at, value_at, inline, value in unitfile.split_flags(words):
+        if _secret(name, value):
+            if inline:
+                words[at] = f"{name}={MASK}"
+            elif value_at is not None:
+                words[value_at] = MASK
+    return " ".join(words)
+
+
+def _secret(flag: str, value: str | None) -> bool:
+    return bool(value) and bool(SECRET_FLAG.match(flag))
 
 
 def text(s: str) -> str:

@@ -456,8 +456,9 @@ class _Occurrence:
     value: str | None
 
 
-def _split_flags(argv: list[str]) -> list[tuple[str, int, int | None, bool, str | None]]:
-    """(name, flag index, value index, inline, value) for each `--flag` in argv."""
+def split_flags(argv: list[str]) -> list[tuple[str, int, int | None, bool, str | None]]:
+    """(name, flag index, value index, inline, value) for each `--flag` in argv, in order,
+    a repeated flag each time (`flags` for one value per flag)."""
     found: list[tuple[str, int, int | None, bool, str | None]] = []
     i = 0
     while i < len(argv):
@@ -489,7 +490,7 @@ def flags(argv: list[str], *, source: str | None = None) -> dict[str, str | None
     an error: autotune could not tell which one the server uses.
     """
     result: dict[str, str | None] = {}
-    for name, _flag, _value_word, _inline, value in _split_flags(argv):
+    for name, _flag, _value_word, _inline, value in split_flags(argv):
         if name in result:
             raise ConfigError(source, "ExecStart", f"flag {name} is given twice")
         result[name] = value
@@ -499,7 +500,7 @@ def flags(argv: list[str], *, source: str | None = None) -> dict[str, str | None
 def _occurrences(exec_start: ExecStart) -> dict[str, _Occurrence]:
     argv = exec_start.argv
     result: dict[str, _Occurrence] = {}
-    for name, flag, value_word, inline, value in _split_flags(argv[1:]):
+    for name, flag, value_word, inline, value in split_flags(argv[1:]):
         flag += 1
         if name in result:
             raise ConfigError(
