@@ -19,6 +19,7 @@ import pytest
 from autotune.config import load_config
 from autotune.run import eta
 from autotune.search import estimate
+from tests.real_engine import require
 
 REPO = Path(__file__).resolve().parents[1]
 RAW = REPO / "bench" / "results" / "raw" / "estimate_truth.jsonl"
@@ -158,15 +159,32 @@ EXAMPLES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_the_night_before_it_starts_is_within_half_again_of_the_recorded_one(name: str) -> None:
+def _model() -> Path:
+    if not MODEL.exists():
+        raise FileNotFoundError(MODEL)
+    return MODEL
+
+
+def _night(name: str) -> eta.Night:
     config, unit = EXAMPLES[name]
-    if name == "llama-server" and not MODEL.exists():
-        pytest.skip(f"{MODEL} is not here: `make llamacpp-install` fetches it")
     n = eta.night(load_config(config), unit.read_text())
     assert n.load_s is not None  # a duration, from the model's size, not "plus N loads"
-    real = _nights()[name]["total_s"]
-    assert 1 / 1.5 <= n.total_s / real <= 1.5, (name, n, real)
+    return n
+
+
+def test_the_real_engines_night_before_it_starts_is_within_half_again_of_every_one() -> None:
+    require(_model, FileNotFoundError, "`make llamacpp-install` fetches the model")
+    n = _night("llama-server")
+    for night in _all_nights()["llama-server"]:
+        assert 1 / 1.5 <= n.total_s / night["total_s"] <= 1.5, (n, night["date"])
+
+
+def test_the_demos_night_before_it_starts_is_on_the_long_side() -> None:
+    """Charged as whole trials at the benchmark's bound (the open part of issue 47, as after
+    the first trial): never short of a recorded night, up to 2.4 times the shortest."""
+    n = _night("demo")
+    for night in _all_nights()["demo"]:
+        assert n.total_s >= night["total_s"], (n, night["date"])
 
 
 def test_a_model_autotune_cannot_size_leaves_the_loads_counted_apart() -> None:
@@ -181,3 +199,13 @@ def test_a_model_autotune_cannot_size_leaves_the_loads_counted_apart() -> None:
     # measured for that model: its 90-100 s.
     assert eta.night(cfg, real).load_s == pytest.approx(95.0)
     assert "each a model load of about 2 min" in eta.before_start(cfg, real)
+
+
+def test_nonsense_in_the_units_flags_leaves_the_estimate_without_the_load() -> None:
+    cfg = load_config(EXAMPLES["demo"][0])
+    unit = EXAMPLES["demo"][1].read_text()
+    said = eta.before_start(cfg, unit.replace("--sim-speedup 4", "--sim-speedup fast"))
+    assert said.startswith("about ")  # no traceback: the simulator refuses it at start
+    assert eta.night(cfg, unit.replace("--sim-load-time 1.5", "--sim-load-time -3")).load_s == (
+        pytest.approx(1.5 / 4 + 0.7)
+    )

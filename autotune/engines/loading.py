@@ -30,6 +30,16 @@ def flag_value(argv: list[str], *names: str) -> str | None:
     return found
 
 
+def positive(value: str | None) -> float | None:
+    """A flag's value as a number above 0; None for none or nonsense (the server itself
+    refuses a bad flag when it starts, with its own line)."""
+    try:
+        number = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return number if number is not None and number > 0 else None
+
+
 def model_bytes(path: str | None) -> int | None:
     """The size of a model file, or of the weights in a model folder; None when it is not
     on this machine (a remote host's, or a hub name)."""

@@ -183,12 +183,12 @@ class SGLangEngine:
     def time_scale(self, argv: list[str]) -> float:
         if not _simulated(argv):
             return 1.0
-        return float(loading.flag_value(argv, "--sim-speedup") or 1.0)
+        return loading.positive(loading.flag_value(argv, "--sim-speedup")) or 1.0
 
     def load_seconds(self, argv: list[str]) -> float | None:
         if _simulated(argv):
-            load = float(loading.flag_value(argv, "--sim-load-time") or 1.5)
-            return load / self.time_scale(argv) + facts.SIM_START_S
+            load = loading.positive(loading.flag_value(argv, "--sim-load-time"))
+            return (1.5 if load is None else load) / self.time_scale(argv) + facts.SIM_START_S
         path = loading.flag_value(argv, "--model-path", "--model")
         size = loading.model_bytes(path) or loading.bytes_from_name(path)
         return None if size is None else size / facts.LOAD_BYTES_PER_S
