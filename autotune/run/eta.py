@@ -19,7 +19,7 @@ from autotune.config import Config
 from autotune.engines import get_engine
 from autotune.errors import ConfigError
 from autotune.run import finalists
-from autotune.search import estimate
+from autotune.search import estimate, pruning
 from autotune.search import study as st
 from autotune.unit import unitfile
 
@@ -36,6 +36,8 @@ def of(cfg: Config, study: optuna.Study, *, live: bool | None = None) -> estimat
         configs_left=configs_left(cfg, study),
         live=live,
         bench_bound_s=bench_bound_s(cfg),
+        warmup=pruning.warmup(cfg),
+        cut_s=cfg.benchmark.min_duration,
     )
 
 
@@ -83,8 +85,9 @@ class Night:
 def night(cfg: Config, unit_text: str | None = None) -> Night:
     """Each deployment the unit's model load (its size at the engine's load rate), warm-ups
     and restart, and the benchmark at its bound, which every drafting config reached on the
-    real llama-server (`search/estimate.py`); then the finalists' runs and their
-    changing-load phases (a rehearsal's run faster)."""
+    real llama-server; once the pruner may cut, half that benchmark (`search/estimate.py`
+    says why); then the finalists' runs and their changing-load phases (a rehearsal's run
+    faster)."""
     b = cfg.benchmark
     size = cfg.space.size() if cfg.space.enumerable() else None
     deployments = min(cfg.study.n_trials, size) if size is not None else cfg.study.n_trials
@@ -95,7 +98,11 @@ def night(cfg: Config, unit_text: str | None = None) -> Night:
     scale = engine.time_scale(argv) if argv else 1.0
     phases = b.finalists * len(ramp(b.concurrency)) * b.load_phase_segment if b.load_phase else 0
     bound = bench_bound_s(cfg)
-    total = (deployments + runs) * ((load or 0.0) + OVERHEAD_S + bound) + phases / scale
+    whole = (load or 0.0) + OVERHEAD_S + bound
+    # Once the pruner may cut, even odds of a whole trial or one cut at its first window.
+    uncut = deployments if (w := pruning.warmup(cfg)) is None else min(deployments, w)
+    cut = (whole + (load or 0.0) + OVERHEAD_S + b.min_duration) / 2
+    total = uncut * whole + (deployments - uncut) * cut + runs * whole + phases / scale
     return Night(total, deployments, runs, load, bound, size)
 
 

@@ -3,10 +3,17 @@
 What is left is trials, finalist runs and the finalists' changing-load phases, each
 charged what the study measured it to cost on this hardware:
 
-- a trial to come: the mean wall time of the trials that ended on their own, every kind
-  in its share (a config measured on every level, one pruned after a level, one the
-  server capped below the floor, one predicted short and never deployed); a mean, not a
-  median, because what is asked is a sum;
+- a trial to come before the pruner may cut anything (until `warmup` trials were measured
+  on every level): the mean wall time of the trials so far that ended on their own, every
+  kind in its share (a config measured whole, one the server capped below the floor, one
+  predicted short and never deployed); a mean, not a median, because what is asked is a
+  sum;
+- a trial to come once the pruner may cut: the mean of the trials since then, counted with
+  two trials of a prior, one measured whole and one cut at the earliest (its load and
+  overhead plus `cut_s`, the first level's shortest window). Which share of configs the
+  pruner will stop after a level depends on the landscape (half the demo's, none of the
+  real llama-server's recorded nights, bench/results/estimate_truth.md), and the first
+  trial cannot tell: the rule of succession, even odds that move with every trial seen;
 - a finalist run: the mean of the trials measured on every level (a finalist is never
   cut short), plus its changing-load phase (`extra_s`);
 - the unit as it is (the baseline) when it drafts nothing is no sample of the configs to
@@ -69,6 +76,8 @@ def of(
     live: bool | None = None,
     now: float | None = None,
     bench_bound_s: float | None = None,
+    warmup: int | None = None,
+    cut_s: float = 0.0,
 ) -> Estimate | None:
     """None until a trial that deployed a server has finished. `extra_s`: seconds of work
     to come that no trial's duration shows (the finalists' changing-load phases).
@@ -76,21 +85,25 @@ def of(
     last configs are not counted as the whole budget. `live`: a worker is running the study
     (None: some trial is RUNNING). `bench_bound_s`: the longest the benchmark of one
     deployment may take (every level at its maximum window, twice with a CI target), what
-    a drafting config is charged before one was measured."""
+    a drafting config is charged before one was measured. `warmup`: trials measured on
+    every level before the pruner may cut one (None: it never does); `cut_s`: the
+    benchmark seconds of a trial cut at the earliest."""
     now = time.time() if now is None else now
     trials = study.get_trials(deepcopy=False)
-    costs = _costs(trials, bench_bound_s)
+    costs = _costs(trials, bench_bound_s, warmup, cut_s)
     if costs is None:
         return None
-    per, full = costs
     finished = sum(t.state in FINISHED for t in trials)
     remaining = max(0, n_trials - finished)
     if configs_left is not None:
         remaining = min(remaining, max(0, configs_left))
+    uncut = min(remaining, costs.uncut_left)
+    trials_s = uncut * costs.uncut + (remaining - uncut) * costs.after_warmup
+    per = trials_s / remaining if remaining else costs.uncut
     running = [t for t in trials if t.state == TrialState.RUNNING]
     owners = {_owner(t) for t in running}
     workers = max(1, len(owners))
-    left = (remaining * per + finalist_runs * full) / workers + extra_s
+    left = (trials_s + finalist_runs * costs.whole) / workers + extra_s
     starts = [t.datetime_start.timestamp() for t in trials if t.datetime_start is not None]
     ends = [t.datetime_complete.timestamp() for t in trials if t.datetime_complete is not None]
     live = bool(running) if live is None else live
@@ -100,25 +113,64 @@ def of(
     return Estimate(spent, per, remaining, finalist_runs, workers, left, now + left, paused)
 
 
-def _costs(trials: list[FrozenTrial], bench_bound_s: float | None) -> tuple[float, float] | None:
-    """(a trial to come, a finalist run), in wall seconds: the module's rule; None before a
-    trial that deployed a server has ended on its own."""
-    ended = [t for t in trials if _ended_on_its_own(t) and _seconds(t) is not None]
+@dataclass(frozen=True)
+class _Costs:
+    """What each trial to come is charged, in wall seconds."""
+
+    uncut: float
+    """A trial before the pruner may cut: the mean of the trials so far."""
+    uncut_left: int
+    """Trials to come before the pruner may cut (a large number when it never will)."""
+    after_warmup: float
+    """A trial once the pruner may cut: its trials so far and the prior's two."""
+    whole: float
+    """A trial measured on every level: a finalist run."""
+
+
+def _costs(
+    trials: list[FrozenTrial], bench_bound_s: float | None, warmup: int | None, cut_s: float
+) -> _Costs | None:
+    """The module's rule; None before a trial that deployed a server has ended on its own."""
+    ended = sorted(
+        (t for t in trials if _ended_on_its_own(t) and _seconds(t) is not None),
+        key=lambda t: t.number,
+    )
     base = [t for t in ended if _deployed(t)]
     if not base:
         return None
+    overhead = statistics.fmean(_overhead(t) for t in base)
     samples = [t for t in ended if not (t.user_attrs.get("baseline") and not _drafts(t))]
     if samples:
-        per = statistics.fmean(_seconds(t) or 0.0 for t in samples)
+        mean = statistics.fmean(_seconds(t) or 0.0 for t in samples)
         full = [_seconds(t) or 0.0 for t in samples if _measured_whole(t)]
-        return per, statistics.fmean(full) if full else per
-    # Only a baseline that drafts nothing: its load and overhead, the levels at their bound.
-    own = statistics.fmean(_seconds(t) or 0.0 for t in base)
-    if bench_bound_s is None:
-        return own, own
-    overhead = statistics.fmean((_seconds(t) or 0.0) - _windows_wall(t) for t in base)
-    bound = max(own, overhead + bench_bound_s)
-    return bound, bound
+        whole = statistics.fmean(full) if full else mean
+    else:
+        # Only a baseline that drafts nothing: its load and overhead, the levels at their bound.
+        own = statistics.fmean(_seconds(t) or 0.0 for t in base)
+        mean = whole = own if bench_bound_s is None else max(own, overhead + bench_bound_s)
+    if warmup is None:
+        return _Costs(mean, 1 << 30, mean, whole)
+    measured_whole = sum(_measured_whole(t) for t in ended)
+    sampled = {t.number for t in samples}
+    since = [t for t in _after_warmup(ended, warmup) if t.number in sampled]
+    prior = (whole, overhead + cut_s)
+    after = statistics.fmean([*(_seconds(t) or 0.0 for t in since), *prior])
+    return _Costs(mean, max(0, warmup - measured_whole), after, whole)
+
+
+def _after_warmup(ended: list[FrozenTrial], warmup: int) -> list[FrozenTrial]:
+    """The trials that came after `warmup` trials had been measured on every level."""
+    whole = 0
+    for i, t in enumerate(ended):
+        if whole >= warmup:
+            return ended[i:]
+        whole += _measured_whole(t)
+    return []
+
+
+def _overhead(t: FrozenTrial) -> float:
+    """A deployment's wall time outside its measured windows: load, warm-ups, restart."""
+    return max(0.0, (_seconds(t) or 0.0) - _windows_wall(t))
 
 
 def _ended_on_its_own(t: FrozenTrial) -> bool:

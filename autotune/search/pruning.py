@@ -168,6 +168,13 @@ class GiveUp:
         return self.verdict is not None
 
 
+def warmup(cfg: Config) -> int | None:
+    """Trials measured on every level before a trial may be cut (None: none ever is)."""
+    if not cfg.study.prune or cfg.objective.mode not in ("geomean", "single"):
+        return None
+    return MIN_TRIALS if cfg.space.enumerable() else None
+
+
 def plan(cfg: Config, study: optuna.Study, config: Mapping[str, Any] | None) -> LevelPlan:
     """The level plan for a trial of `config` (None: the unit as it is; never pruned)."""
     levels = tuple(cfg.benchmark.concurrency)
