@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -53,6 +54,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"autotune: error: {exc}", exc.exit_code)
     except KeyboardInterrupt:
         return _fail("autotune: interrupted", 130)
+    except BrokenPipeError:
+        # The reader left (`autotune status | head`): what it read was all it wanted. Quiet,
+        # and with a shell's code for a death by SIGPIPE; stdout goes nowhere from now on,
+        # so that the flush at exit does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except Exception as exc:
         if args.verbose:
             raise
@@ -289,6 +296,8 @@ def _start(args: argparse.Namespace) -> int:
         reused_now=summary.reused,
         **({"predicted_infeasible_now": summary.predicted} if summary.predicted else {}),
     )
+    if summary.serving is not None:
+        print(summary.serving.sentence(cfg))
     return 0
 
 
@@ -309,6 +318,9 @@ def _status(args: argparse.Namespace) -> int:
         r["stale"] = w is not None and w.stale
         if r["stale"]:
             r["progress"] = None  # what a gone worker last showed is not "now"
+    best = {t.number for t in st.best_trials(study)}
+    for r in rows:
+        r["best"] = r["number"] in best  # what `autotune best` names
     e = eta.of(cfg, study, live=any(not w.stale for w in alive.values()))
     model = study.user_attrs.get(perf.STATUS)
     if args.json:
@@ -332,9 +344,14 @@ def _status(args: argparse.Namespace) -> int:
         print(f"time: {estimate.sentence(e)}")
     for w in alive.values():
         print(f"worker: {w.sentence()}")
+    orphan = _orphaned_server(cfg, list(alive.values()))
+    if orphan is not None:
+        print(orphan)
     if isinstance(model, dict):
         print(f"performance model: {perf.describe(model)}")
-    header = f"{'#':>4}  {'state':9} {'feasible':8} {'value':>10} {'±95%':>6}  config / reason"
+    # The objective's unit over its column: throughput in output tokens per second.
+    unit = "tok/s" if cfg.objective.mode in ("geomean", "single") else "value"
+    header = f"{'#':>4}  {'state':9} {'feasible':8} {unit:>10} {'±95%':>6}  config / reason"
     print(header)
     for r in rows:
         value = (
@@ -342,7 +359,9 @@ def _status(args: argparse.Namespace) -> int:
             if r["value"] is None
             else (f"{r['value']:.1f}" if isinstance(r["value"], float) else str(r["value"]))
         )
-        config = " ".join(f"{k.removeprefix('speculative_')}={v}" for k, v in r["config"].items())
+        config = " ".join(
+            f"{k.removeprefix('speculative_')}={_short(v)}" for k, v in r["config"].items()
+        )
         if not config:
             queued = r["state"] == "WAITING"
             config = "the unit as it is" if r["baseline"] or not queued else "queued again"
@@ -352,6 +371,7 @@ def _status(args: argparse.Namespace) -> int:
             extra = f"  [forgotten: was {was}" + (f", {r['reason']}]" if r["reason"] else "]")
         extra += f"  (= trial {r['reused_from']})" if r["reused_from"] is not None else ""
         extra += "  baseline" if r["baseline"] else ""
+        extra += "  BEST" if r["best"] else ""
         if r["uncertain_levels"]:
             # Missed its confidence target even when measured twice: the sampler and the
             # finalists treat it as that noisy; so should the reader.
@@ -371,13 +391,36 @@ def _status(args: argparse.Namespace) -> int:
                 f"trial {p.get('incumbent')}"
             )
         feasible = {True: "yes", False: "no", None: ""}[r["feasible"]]
-        ci = "" if r["value_ci"] is None else f"{r['value_ci']:.1%}"
+        ci = "" if r["value_ci"] is None or r["forgotten"] else f"{r['value_ci']:.1%}"
         state = "STALE" if r["stale"] else r["state"]
         print(f"{r['number']:>4}  {state:9} {feasible:8} {value:>10} {ci:>6}  {config}{extra}")
     for r in rows:
         if r["progress"]:
             print(f"now: {r['progress']}")
     return 0
+
+
+def _orphaned_server(cfg: Config, workers: list[Any]) -> str | None:
+    """A local server whose worker was killed mid-trial runs on, serving nobody, until the
+    next `start` stops it: say so, with how to stop it now."""
+    from autotune.deploy.local_process import leftover_server
+    from autotune.run.deployment import state_dir
+
+    if cfg.target.deploy != "local-process" or not any(w.stale for w in workers):
+        return None
+    pgid = leftover_server(state_dir(cfg))
+    if pgid is None:
+        return None
+    return (
+        f"server: pid {pgid}, started by the worker that is gone, still runs: `autotune "
+        f"start` stops it before its next trial, or `kill -- -{pgid}` now"
+    )
+
+
+def _short(value: Any) -> str:
+    """A knob's value as a person reads it: a float (an enqueued trial's raw fraction) to
+    three significant digits."""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def _row(study: Any, t: Any) -> dict[str, Any]:
@@ -447,8 +490,11 @@ def _best(args: argparse.Namespace) -> int:
         print(f"worker: {w.sentence()}")
     base = st.baseline_trial(study)
     for t, d in zip(best, described, strict=True):
-        print(f"best trial {d['trial']} of study {d['study']}: {_value_text(cfg, t, base)}")
+        head, *more = _value_text(cfg, study, t, base)
+        print(f"best trial {d['trial']} of study {d['study']}: {head}")
         print(f"  ({d['chosen_by']})")
+        for line in more:
+            print(f"  {line}")
         known = {k: v for k, v in d["resolved"].items() if k in cfg.space.params}
         if known and cfg.space.complete(known):
             print(f"  {cfg.space.describe(known)}")
@@ -460,8 +506,12 @@ def _best(args: argparse.Namespace) -> int:
     return 0
 
 
-def _value_text(cfg: Any, t: Any, base: Any) -> str:
-    """`545.1 tok/s (geomean over c=1,16,64), +8.4 % over the unit as it was (trial 0)`."""
+def _value_text(cfg: Any, study: Any, t: Any, base: Any) -> list[str]:
+    """`283.2 tok/s (geomean over c=1,16,64), 95 % 276.1 … 290.4 over 3 deployments,
+    +14.7 % (+9.1 … +20.6) over the unit as it was (trial 0: ...)`, and the spread between
+    deployments that interval comes from: never a gain from one lucky draw."""
+    from autotune.search import deployments
+
     o = cfg.objective
     if o.mode == "geomean":
         what = "geomean of output tok/s over c=" + ",".join(map(str, cfg.benchmark.concurrency))
@@ -475,20 +525,24 @@ def _value_text(cfg: Any, t: Any, base: Any) -> str:
         what = o.mode
     unit = "req/s" if cfg.objective.mode == "max_rate" else "tok/s"
     if len(t.values or []) != 1:
-        return ", ".join(f"{v:.1f}" for v in t.values or []) + f" {unit} (Pareto front)"
-    text = f"{t.values[0]:.1f} {unit} ({what})"
-    ci = t.user_attrs.get("value_ci")
-    if isinstance(ci, float):
-        text += f" ±{ci:.1%}"
-    if base is not None and base.number != t.number and base.values and base.values[0] > 0:
-        gain = t.values[0] / base.values[0] - 1
-        text += (
-            f", {gain:+.1%} over the unit as it was "
-            f"(trial {base.number}: {base.values[0]:.1f} {unit})"
-        )
-    elif base is not None and base.number == t.number:
+        return [", ".join(f"{v:.1f}" for v in t.values or []) + f" {unit} (Pareto front)"]
+    h = deployments.headline(study, t, base)
+    if h is None:
+        return [f"{t.values[0]:.1f} {unit} ({what})"]
+    n = h.worth.deployments
+    text = (
+        f"{h.worth.value:.1f} {unit} ({what}), 95 % {h.worth.low:.1f} … {h.worth.high:.1f} "
+        f"over {n} deployment{'s' if n != 1 else ''}"
+    )
+    if h.is_baseline:
         text += ": the unit as it was is the best"
-    return text
+    elif h.gain is not None and h.baseline is not None and base is not None:
+        k = h.baseline.deployments
+        text += (
+            f", {h.gain.text()} over the unit as it was (trial {base.number}: "
+            f"{h.baseline.value:.1f} {unit} over {k} deployment{'s' if k != 1 else ''})"
+        )
+    return [text, f"spread: {h.spread.text()}"]
 
 
 def _validation_line(v: dict[str, Any]) -> str:
@@ -557,7 +611,26 @@ def _init(args: argparse.Namespace) -> int:
     args.config = str(config)
     args.worker = None
     print(f"validating {config}:")
-    return _validate(args)
+    try:
+        worst = _validate(args)
+    except AutotuneError:
+        _keep_as_draft(config)
+        raise
+    if worst:
+        _keep_as_draft(config)
+    return worst
+
+
+def _keep_as_draft(config: Path) -> None:
+    """`start` finds autotune.yaml by itself: a config that failed its checks must not be
+    the one it finds. It is kept beside, to be fixed."""
+    draft = config.with_name(config.name + ".draft")
+    config.replace(draft)
+    print(
+        f"not kept as {config.name}: its checks failed. The config is in {draft}: fix it "
+        f"and rename it to {config.name}, or run init again",
+        file=sys.stderr,
+    )
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -587,9 +660,7 @@ def _apply(args: argparse.Namespace) -> int:
     from autotune.run import deployment
 
     for cfg in _each_worker(_load(args)):
-        number = deployment.apply_trial(cfg, args.trial)
-        who = f" on {cfg.worker}" if cfg.worker else ""
-        print(f"serving trial {number}'s config{who} ({cfg.target.unit} via {cfg.target.deploy})")
+        print(deployment.apply_trial(cfg, args.trial).sentence(cfg))
     return 0
 
 
@@ -597,9 +668,7 @@ def _restore(args: argparse.Namespace) -> int:
     from autotune.run import deployment
 
     for cfg in _each_worker(_load(args)):
-        deployment.restore_original(cfg)
-        who = f" on {cfg.worker}" if cfg.worker else ""
-        print(f"serving the original {cfg.target.unit}{who}")
+        print(deployment.restore_original(cfg).sentence(cfg))
     return 0
 
 

@@ -135,7 +135,7 @@ def test_the_first_estimate_moved_toward_the_truth_on_both_engines() -> None:
     for name, nights in _all_nights().items():
         for night in nights:
             said = _first_estimate(name, night)
-            if name == "demo" and night["commit"] != "f1fa63b":
+            if name == "demo" and night["commit"] in ("2bb3988", "ba96b07"):  # the rule before
                 assert said < night["predicted_left_s"] * 0.9, (night["date"], said)
             if name == "llama-server":
                 assert abs(said / night["real_left_s"] - 1) <= 0.3, (night["date"], said)
@@ -221,7 +221,7 @@ def test_a_model_autotune_cannot_size_leaves_the_loads_counted_apart() -> None:
         "autotune sim", "python3 -m sglang.launch_server"
     )
     said = eta.before_start(cfg, real.replace("Qwen/Qwen3.5-122B-A10B", "/nowhere/some-model"))
-    assert said.startswith("about ") and " plus 18 model loads: up to 12 deployments" in said
+    assert said.startswith("about ") and " plus 19 model loads: up to 12 deployments" in said
     # A hub name with its parameter count (122B, taken as BF16) at the rate calibration.md
     # measured for that model: its 90-100 s.
     assert eta.night(cfg, real).load_s == pytest.approx(95.0)

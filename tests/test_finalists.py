@@ -59,9 +59,9 @@ def _fixed(land: Landscape, cfg: Config, worth: dict[tuple[Any, ...], float]) ->
     calls: list[dict[str, Any]] = []
 
     def remeasure(params: dict[str, Any] | None) -> TrialResult:
-        assert params is not None
         calls.append(params)
-        value = worth.get(cfg.space.key(params), 0.5) * land.best.value
+        # The unit as it was, measured beside the finalists: as weak as the others.
+        value = (worth.get(cfg.space.key(params), 0.5) if params else 0.5) * land.best.value
         levels = cfg.benchmark.concurrency
         if value <= 0:  # the server died under the finalist's load
             score = objective.unusable(cfg.objective, levels, server_up=False)
@@ -94,7 +94,9 @@ def test_finalists_are_the_likeliest_bests_and_a_clear_winner_stops_early(
     assert declared == top[0].number
     record = study.user_attrs[finalists.FINALISTS]
     assert record["rounds"] < cfg.benchmark.finalist_rounds
-    assert record["runs"] == len(remeasure.calls) <= 3 * record["rounds"]
+    base = 1 if "baseline" in record else 0  # the unit as it was, unless it is a finalist
+    assert base == (finalists._baseline_beside(study, top) is not None)
+    assert record["runs"] == len(remeasure.calls) <= 3 * record["rounds"] + base
     # Clear: within 1 % of the best with 95 % probability, or the others dropped out.
     others = [v for n, v in record["finalists"].items() if n != str(declared)]
     assert record["finalists"][str(declared)]["p_near"] >= finalists.CONFIDENCE or all(
@@ -119,8 +121,9 @@ def test_close_finalists_get_more_rounds_up_to_the_cap_and_a_failure_is_out(
     }  # fmt: skip
     assert declared in (top[0].number, top[1].number)
     assert 2 <= record["rounds"] <= cfg.benchmark.finalist_rounds
-    # The failed one is never measured twice; the others every round until it stopped.
-    assert len(remeasure.calls) == 1 + 2 * record["rounds"]
+    # The failed one is never measured twice; the others every round until it stopped; the
+    # unit as it was once, beside the first round.
+    assert len(remeasure.calls) == 1 + 2 * record["rounds"] + ("baseline" in record)
 
 
 def test_no_finalist_left_means_no_declared_best(demo: tuple[Config, Landscape]) -> None:
@@ -138,8 +141,40 @@ def test_the_old_rule_is_kept_for_the_benchmark(demo: tuple[Config, Landscape]) 
     study = _studied(cfg, land, 4)
     remeasure = _fixed(land, cfg, {})
     finalists.validate(cfg, study, remeasure, judge="median")
-    # Every finalist, every round: nothing stops early under the old rule.
-    assert len(remeasure.calls) == 3 * 2
+    # Every finalist, every round: nothing stops early under the old rule (and the unit as
+    # it was once, unless it is a finalist).
+    base = "baseline" in study.user_attrs[finalists.FINALISTS]
+    assert len(remeasure.calls) == 3 * 2 + base
+
+
+def test_the_unit_as_it_was_is_measured_once_beside_the_finalists(
+    demo: tuple[Config, Landscape],
+) -> None:
+    """Its gain is then counted on deployments of the same hour: the finalists' first
+    round and the baseline's run. The demo's own unit (3, 1, 4) is a finalist on every
+    seed; a unit that drafts one token, against two finalists, is not."""
+    cfg, land = demo
+    cfg = dataclasses.replace(cfg, benchmark=dataclasses.replace(cfg.benchmark, finalists=2))
+    study = in_memory_study(cfg, st.make_sampler(cfg))
+    flags = unitfile.flags(unitfile.parse_exec_start(cfg.target.unit_file.read_text()).argv)
+    weak = {**flags, "--speculative-num-steps": "1", "--speculative-num-draft-tokens": "2"}
+    baseline = st.baseline_of(cfg.space, weak)
+    st.enqueue_baseline_once(study, baseline)
+    run_to(cfg, study, SimulatedServer(land, random.Random("finalists/weak")), baseline, 12)
+    top = finalists._top(cfg, study, "gp")
+    base = st.baseline_trial(study)
+    assert base is not None and finalists._baseline_beside(study, top) is not None
+    keys = [cfg.space.key(st.trial_config(t)) for t in top]
+    remeasure = _fixed(land, cfg, {keys[0]: 1.0, keys[1]: 0.80})
+    finalists.validate(cfg, study, remeasure)
+    record = study.user_attrs[finalists.FINALISTS]
+    assert record["baseline"]["trial"] == base.number
+    wanted = cfg.space.key(st.trial_config(base))
+    assert [c for c in remeasure.calls if c and cfg.space.key(c) == wanted] == [
+        base.user_attrs["config"]
+    ]
+    assert record["baseline"]["values"] == [pytest.approx(0.5 * land.best.value, abs=0.01)]
+    assert record["runs"] == len(remeasure.calls)
 
 
 def test_a_winner_that_breaks_under_changing_load_is_not_declared(

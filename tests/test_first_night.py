@@ -62,7 +62,9 @@ def test_start_n_trials_is_the_studys_total_until_another_is_given(tmp_path: Pat
     assert "output tok/s: c=1 " in best and "None" not in best and "[]" not in best, best
 
 
-def test_a_killed_worker_shows_as_stale_within_two_heartbeats(tmp_path: Path) -> None:
+def test_a_killed_worker_on_this_host_shows_as_stale_at_once_and_its_server_as_left(
+    tmp_path: Path,
+) -> None:
     # A model load that outlasts the test: the trial stays RUNNING while its worker beats.
     config = study_dir(tmp_path, n_trials=1, concurrency=[1], sim_flags="--sim-load-time 600")
     _edit(config, study={"heartbeat_grace": 5}, target={"ready_timeout": 900})  # beats every 1 s
@@ -88,12 +90,13 @@ def test_a_killed_worker_shows_as_stale_within_two_heartbeats(tmp_path: Path) ->
         assert "alive, seen" in alive and "STALE" not in alive, alive
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(timeout=10)
-        killed = time.monotonic()
-        while not [w for w in _workers(config) if w["stale"]]:
-            assert time.monotonic() - killed < 4.5, _workers(config)  # two beats and a margin
-            time.sleep(0.25)
+        # Its pid is asked on this host: no wait for two missed beats (5 s of grace here).
+        assert [w["stale"] for w in _workers(config)] == [True]
         shown = autotune("status", "--config", str(config), cwd=tmp_path).stdout
         assert "STALE, last seen" in shown and "its worker is gone" in shown, shown
+        server = _loading_server(port)
+        assert server is not None
+        assert f"server: pid {server}, started by the worker that is gone, still runs" in shown
         assert "now:" not in shown, shown  # the dead worker's last line is not the present
         (row,) = [t for t in status(config)["trials"] if t["state"] == "RUNNING"]
         assert row["stale"] is True and row["progress"] is None

@@ -171,6 +171,10 @@ def test_a_forgotten_trial_is_measured_again_on_resume(tmp_path: Path) -> None:
     shown = autotune("status", "--config", str(config), cwd=tmp_path)
     row = next(x for x in shown.stdout.splitlines() if x.strip().startswith("1 "))
     assert "FORGOTTEN" in row and "forgotten: was COMPLETE" in row, shown.stdout
+    # Its value and interval are gone with it: the columns between state and config empty.
+    assert "%" not in row.split("FORGOTTEN", 1)[1].split("[", 1)[0], row
+    header = next(x for x in shown.stdout.splitlines() if x.strip().startswith("#"))
+    assert header.split()[:5] == ["#", "state", "feasible", "tok/s", "±95%"], header
     after = status(config)
     assert after["trials"][1]["value"] is None and after["trials"][1]["forgotten"]["values"]
 
@@ -185,6 +189,8 @@ def test_a_forgotten_trial_is_measured_again_on_resume(tmp_path: Path) -> None:
 
     none = autotune("forget", "--kind", "crash_on_start", "--config", str(config), cwd=tmp_path)
     assert none.returncode == 0 and "nothing to forget" in none.stdout
+    twice = autotune("forget", "1", "--config", str(config), cwd=tmp_path)
+    assert twice.returncode == 1 and "trial 1 is forgotten already" in twice.stderr
     bad = autotune("forget", "99", "--config", str(config), cwd=tmp_path)
     assert bad.returncode == 1 and "no trial 99" in bad.stderr and "Traceback" not in bad.stderr
 

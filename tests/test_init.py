@@ -86,3 +86,24 @@ def test_the_space_follows_what_the_algorithm_can_run(
     flags: dict[str, str | None], space: str
 ) -> None:
     assert SGLangEngine().default_space(flags)[0] == f"{space}.yaml"
+
+
+def test_a_config_that_fails_its_checks_is_kept_as_a_draft_not_as_autotune_yaml(
+    tmp_path: Path,
+) -> None:
+    # A mistyped tuned flag: init writes the config, validate refuses the unit.
+    unit = sim_unit(free_port(), CHAIN.replace("--speculative-num-steps", "--speculative-num-step"))
+    (tmp_path / "sglang.service").write_text(unit)
+    out = tmp_path / "t"
+    argv = ["init", "--unit-file", str(tmp_path / "sglang.service"), "--out", str(out)]
+    proc = autotune(*argv, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "--speculative-num-step: did you mean --speculative-num-steps?" in proc.stderr
+    assert not (out / "autotune.yaml").exists()
+    assert yaml.safe_load((out / "autotune.yaml.draft").read_text())["target"]
+    assert f"The config is in {out / 'autotune.yaml.draft'}" in proc.stderr
+    # Fixed, init runs again without --force: no autotune.yaml stands in its way.
+    (tmp_path / "sglang.service").write_text(sim_unit(free_port(), CHAIN))
+    again = autotune(*argv, cwd=tmp_path, timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (out / "autotune.yaml").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -237,7 +238,10 @@ def test_winner_unit_is_a_diff_against_the_baseline(run: Run) -> None:
     # Only flags change: every other line of the unit is context.
     assert all("--speculative-" in ln for ln in removed + added), diff
     summary = run.page.sections["summary"].text
-    assert f"trial {best.number}" in summary and "against the baseline (trial 0)" in summary
+    assert f"trial {best.number}" in summary and "against the baseline (trial 0, " in summary
+    # The gain with its interval over deployments, and the spread it comes from.
+    assert re.search(r"[+-]\d+\.\d% \([+-]\d+\.\d% … [+-]\d+\.\d%\) against", summary), summary
+    assert "between deployments" in summary
 
 
 def test_settings_and_infeasible_trials(run: Run) -> None:

@@ -121,6 +121,14 @@ def test_kill_9_mid_benchmark_then_start_again(tmp_path: Path, host: FakeSystemd
     assert len(again) == 1
     _assert_serving_best(config, port)
 
+    # The morning after: the unit as it was, said once it answers (systemd keeps it).
+    restored = autotune("restore", "--config", str(config), cwd=tmp_path, timeout=120)
+    assert restored.returncode == 0, restored.stderr[-3000:]
+    assert restored.stdout.strip().splitlines()[-1] == (
+        f"serving the original {UNIT} at http://127.0.0.1:{port} (via local-systemd)"
+    )
+    assert _served(port)["speculative_num_steps"] == 3
+
 
 def test_sigterm_during_a_level_exits_cleanly(tmp_path: Path, host: FakeSystemdHost) -> None:
     config, port = _systemd_study(tmp_path, host, n_trials=6)

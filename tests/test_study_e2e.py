@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from autotune.search import deployments
 from tests.daemon import Daemon
 from tests.e2e import autotune, status, study_dir
 
@@ -141,14 +142,28 @@ def test_finalists_are_measured_again_and_the_best_is_declared_by_all_measuremen
     assert validation["estimate"] > 0 and 0 < validation["p_best"] <= 1
     validated = [t for t in status(config)["trials"] if t["validation"]]
     assert len(validated) == 2
-    # The declared best is the one the judge rates highest, with its chance to be the best.
-    assert best["trial"] == max(validated, key=lambda t: t["validation"]["estimate"])["number"]
-    assert validation["p_best"] == max(t["validation"]["p_best"] for t in validated)
+    # The declared best: the highest 95 % lower bound over each finalist's own deployments
+    # (its trial and its runs again), the spread between deployments pooled over them.
+    runs = {t["number"]: [t["validation"]["first"], *t["validation"]["values"]] for t in validated}
+    unit = next(t for t in status(config)["trials"] if t["baseline"])
+    if unit["number"] not in runs:  # the unit as it was, measured beside them
+        spread = deployments.pooled([*runs.values(), [unit["value"], *_baseline_runs(config)]])
+    else:
+        spread = deployments.pooled(runs.values())
+    assert best["trial"] == deployments.best_bound(runs, spread)
     # Validation adds measurements, not trials.
     assert len(status(config)["trials"]) == 4
     # Each finalist went through the changing-load phase (c=1, 4, 1) in its first round.
     assert proc.stderr.count("changing-load phase done") == 2
     assert "held_up=True" in proc.stderr, proc.stderr[-3000:]
+
+
+def _baseline_runs(config: Path) -> list[float]:
+    import optuna
+
+    data = yaml.safe_load(config.read_text())
+    study = optuna.load_study(study_name=data["study"]["name"], storage=data["study"]["storage"])
+    return list((study.user_attrs["finalists"].get("baseline") or {}).get("values") or [])
 
 
 def test_a_level_that_misses_its_confidence_target_is_measured_again_and_marked(

@@ -241,7 +241,7 @@ def _server(cfg: Config, text: str, *, probe: bool = True) -> str:
 
     url = cfg.target.base_url
     if cfg.target.deploy == "local-process":
-        return f"{url}: started by autotune itself (checked at the first trial)"
+        return _port(cfg, url)
     host, port = address.listens(cfg, text)
     here = urlparse(url).hostname or ""
     through_link = address.tunnels(cfg, text)
@@ -267,6 +267,26 @@ def _server(cfg: Config, text: str, *, probe: bool = True) -> str:
         return _probe_through_link(cfg, text)
     got = _probe(cfg, url, "target.base_url")
     return f"{url}: answers (HTTP {got})"
+
+
+def _port(cfg: Config, url: str) -> str:
+    """A local server's port must be free for autotune to start one there, as `start`
+    checks before each start (a server an earlier autotune left is stopped first)."""
+    from autotune.run.deployment import deployer_for
+
+    deployer = deployer_for(cfg)
+    try:
+        held = getattr(deployer, "port_held", lambda: None)()
+    finally:
+        deployer.close()
+    if held is not None:
+        raise ConfigError(
+            cfg.source,
+            "target.base_url",
+            f"port {urlparse(url).port} is held by {held}, not by a server autotune started: "
+            "stop that process, or give the unit another --port",
+        )
+    return f"{url}: the port is free; autotune starts the server itself"
 
 
 def _probe(cfg: Config, url: str, key: str) -> int:

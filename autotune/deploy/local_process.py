@@ -61,6 +61,16 @@ _KILL_WAIT = 10.0  # after SIGKILL, how long a process may take to disappear
 _POLL = 0.05
 
 
+def leftover_server(log_dir: Path) -> int | None:
+    """The process group of the server an autotune started with this state folder, if it
+    still runs (the pidfile's start time tells it from a reused PID)."""
+    try:
+        pgid, started = (int(x) for x in (log_dir / PIDFILE).read_text().split())
+    except (OSError, ValueError):
+        return None
+    return pgid if _start_time(pgid) == started and _group_alive(pgid) else None
+
+
 class LocalProcessDeployer:
     """Runs the unit's command as a child process group of the tuner.
 
@@ -259,21 +269,37 @@ class LocalProcessDeployer:
         leader, so a reused PID is never mistaken for the leftover.
         """
         pidfile = self.log_dir / PIDFILE
-        try:
-            pgid, started = (int(x) for x in pidfile.read_text().split())
-        except (OSError, ValueError):
+        pgid = self._leftover()
+        if pgid is None:
+            pidfile.unlink(missing_ok=True)
             return
         if self._proc is not None and self._proc.pid == pgid:
             return
-        if _start_time(pgid) == started and _group_alive(pgid):
-            _log.warning("stopping a server left running by an earlier autotune", pgid=pgid)
-            _signal_group(pgid, self._kill_signal)
-            deadline = time.monotonic() + (self._stop_timeout or DEFAULT_STOP_TIMEOUT)
-            while _group_alive(pgid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if _group_alive(pgid):
-                _signal_group(pgid, signal.SIGKILL)
+        _log.warning("stopping a server left running by an earlier autotune", pgid=pgid)
+        _signal_group(pgid, self._kill_signal)
+        deadline = time.monotonic() + (self._stop_timeout or DEFAULT_STOP_TIMEOUT)
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _group_alive(pgid):
+            _signal_group(pgid, signal.SIGKILL)
         pidfile.unlink(missing_ok=True)
+
+    def _leftover(self) -> int | None:
+        return leftover_server(self.log_dir)
+
+    def port_held(self) -> str | None:
+        """Who holds the server's port that a start would refuse (not the server an earlier
+        autotune left here, which a start stops first); None when it is free or cannot be
+        told."""
+        found = ports.holders(self.port) if self.port is not None else None
+        if not found:
+            return None
+        ours = self._leftover()
+        if ours is not None and any(
+            h.pid is not None and ports.in_group(h.pid, ours) for h in found
+        ):
+            return None
+        return found[0].describe()
 
     def _write_pidfile(self, pid: int) -> None:
         started = _start_time(pid)

@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
-from autotune.search import perf
+from autotune.search import deployments, perf
 from autotune.search import study as st
 from autotune.search.capacity import FAILURE as CAPACITY_PREDICTED
 from autotune.search.pruning import PRUNED
@@ -132,6 +132,8 @@ class StudyData:
     performance_model: Mapping[str, Any] = field(default_factory=dict)
     """The performance model's state when the sampler last asked: on, or off and why;
     the deployments it was fitted on and its leave-one-out error."""
+    headline: deployments.Headline | None = None
+    """The best's worth over its deployments and its gain over the unit as it was."""
 
     def trial(self, number: int) -> TrialRow:
         return next(t for t in self.trials if t.number == number)
@@ -190,8 +192,16 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
             default=None,
         ),
         performance_model=dict(study.user_attrs.get(perf.STATUS) or {}),
+        headline=_headline(study),
         **_validation(study.user_attrs.get(FINALISTS)),
     )
+
+
+def _headline(study: optuna.Study) -> deployments.Headline | None:
+    best = st.best_trials(study)
+    if len(best) != 1:
+        return None
+    return deployments.headline(study, best[0], st.baseline_trial(study))
 
 
 def _time(cfg: Config, study: optuna.Study) -> str:

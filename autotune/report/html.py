@@ -188,9 +188,9 @@ def _summary(page: Page) -> str:
             for n, v in zip(d.metric_names, winner.values or (), strict=False)
         )
         body += (
-            f"<p>The study's best feasible trial is <b>trial {winner.number}</b> ({values})"
-            f"{_vs_baseline(d, winner)}: <code>{esc(page.flags(winner.config))}</code>. "
-            "<code>autotune apply</code> deploys it.</p>"
+            f"<p>The study's best feasible trial is <b>trial {winner.number}</b> ({values}): "
+            f"<code>{esc(page.flags(winner.config))}</code>. "
+            "<code>autotune apply</code> deploys it.</p>" + _vs_baseline(d, winner)
         )
         body += _validation(d)
     return _section("summary", "Summary", body)
@@ -232,13 +232,23 @@ def _chance(p: Any) -> str:
 
 
 def _vs_baseline(d: StudyData, t: TrialRow) -> str:
+    """Its worth over its deployments and its gain over the baseline, each with its 95 %
+    interval, and the spread between deployments both come from: never one draw."""
+    h = d.headline
+    if h is None or t.number not in d.best:
+        return ""
+    w = h.worth
+    text = (
+        f"<p>Over its {w.deployments} deployment{'s' if w.deployments != 1 else ''}: "
+        f"{_num(w.value)} tok/s (95 %: {_num(w.low)} … {_num(w.high)})"
+    )
     base = d.baseline
-    if base is None or not base.feasible or not base.values or not t.values or base is t:
-        return ""
-    if len(t.values) != 1 or base.values[0] <= 0:
-        return ""
-    gain = t.values[0] / base.values[0] - 1
-    return f", {_pct(gain)} against the baseline (trial {base.number})"
+    if h.gain is not None and h.baseline is not None and base is not None:
+        text += (
+            f", {esc(h.gain.text())} against the baseline (trial {base.number}, "
+            f"{_num(h.baseline.value)} tok/s over {h.baseline.deployments})"
+        )
+    return text + f". Deployed again, one config varies by {esc(h.spread.text())}.</p>"
 
 
 def _schedule(page: Page) -> str:

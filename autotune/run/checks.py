@@ -8,6 +8,7 @@ one ConfigError naming the file and the key.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from autotune.config import Config
@@ -28,9 +29,16 @@ def check_unit(
     source = str(cfg.target.unit_file)
     argv = unitfile.parse_exec_start(unit_text, source=source).argv
     tuned = list(cfg.space.launch_flags())
-    hidden = reach.hidden_flags(argv, [*tuned, get_engine(cfg.target.engine).algorithm_flag])
+    known = [*tuned, get_engine(cfg.target.engine).algorithm_flag]
+    hidden = reach.hidden_flags(argv, known)
     if hidden is not None:
         raise ConfigError(source, "ExecStart", hidden)
+    for flag, *_ in unitfile.split_flags(argv):
+        meant = unitfile.near_miss(flag, known)
+        if meant is not None:
+            # The server would take it for that flag (argparse reads a prefix) or reject
+            # it; either way the trial's own value would land beside it.
+            raise ConfigError(source, "ExecStart", f"{flag}: did you mean {meant}?")
     _check_environment_files(cfg, unit_text, source)
     current = unitfile.flags(argv)
     sample = cfg.space.enumerate()[0].params
@@ -78,12 +86,14 @@ def check_flags(cfg: Config, deployer: Deployer, *, quiet: bool = False) -> None
     The unit's program is run with the engine's help arguments (`--help`), with the
     unit's environment. A search-space flag its help does not list (or lists as removed)
     is one ConfigError naming the space parameter; a program that cannot run at all is
-    the host's failure (HostFailed), said here rather than after a model load. The
-    unit's own flags are not judged here: the unit as it is runs first (trial 0) and
-    must serve. Only where the deployer can run the program (local-process); elsewhere
-    the first trial that hits such a flag stops the study with the same line.
+    the host's failure (HostFailed), said here rather than after a model load. Of the
+    unit's own flags, the speculative ones (a mistyped one would be dropped from tuning
+    or refused after a model load) are held to the same help, with the listed flag it
+    nearly spells. Only where the deployer can run the program (local-process);
+    elsewhere the first trial that hits such a flag stops the study with the same line.
     """
     engine = get_engine(cfg.target.engine)
+    unit = str(cfg.target.unit_file)
     args = engine.help_args()
     probe = getattr(deployer, "program_output", None)
     space_flags = cfg.space.launch_flags()
@@ -110,6 +120,24 @@ def check_flags(cfg: Config, deployer: Deployer, *, quiet: bool = False) -> None
     problems = engine.flag_problems(answer.text, list(space_flags))
     for flag, why in problems.items():
         raise ConfigError(cfg.space_source, f"params.{space_flags[flag]}.flag", f"{flag}: {why}")
+    argv = unitfile.parse_exec_start(deployer.original_unit(), source=unit).argv
+    family = _family(engine.algorithm_flag)
+    speculative = [f for f, *_ in unitfile.split_flags(argv) if f.startswith(family)]
+    listed = set(_LONG_FLAG.findall(answer.text))
+    for flag, why in engine.flag_problems(answer.text, speculative).items():
+        meant = unitfile.near_miss(flag, sorted(listed))
+        raise ConfigError(
+            unit, "ExecStart", f"{flag}: {why}" + (f"; did you mean {meant}?" if meant else "")
+        )
+
+
+_LONG_FLAG = re.compile(r"(?<![\w-])--[A-Za-z0-9][\w-]*")
+
+
+def _family(flag: str) -> str:
+    """`--speculative-` of `--speculative-algorithm`: the prefix an engine's speculative
+    flags share."""
+    return "-".join(flag.split("-")[:3]) + "-"
 
 
 def api_key(cfg: Config) -> str | None:

@@ -7,14 +7,17 @@ replaced by the original unit before the error is raised: the server is never le
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+import httpx
 import optuna
 
 from autotune.config import Config
 from autotune.deploy import Deployer, make_deployer
 from autotune.engines import get_engine
+from autotune.engines._http import auth_headers
 from autotune.errors import AutotuneError, ServerFailed
 from autotune.log import get
 from autotune.run import address
@@ -91,8 +94,9 @@ def deploy_trial(
     return True
 
 
-def apply_trial(cfg: Config, number: int | None) -> int:
-    """Deploy a trial's config (default: the best feasible) and wait until it serves."""
+def apply_trial(cfg: Config, number: int | None) -> Handover:
+    """Deploy a trial's config (default: the best feasible), wait until it serves, and let
+    it go."""
     study = st.open_study(cfg, create=False)
     if number is None:
         best = st.best_trials(study)
@@ -105,7 +109,7 @@ def apply_trial(cfg: Config, number: int | None) -> int:
             raise AutotuneError(f"study {cfg.study.name!r} has no finished trial {number}")
         trial = matches[0]
     deployer = deployer_for(cfg)
-    keep = False
+    pipeline: TrialPipeline | None = None
     try:
         deployer.preflight()
         pipeline = pipeline_for(cfg, deployer)
@@ -117,16 +121,16 @@ def apply_trial(cfg: Config, number: int | None) -> int:
             deployer.restore()
             pipeline.wait_ready(interruptible=False)
             raise AutotuneError(f"trial {trial.number} did not come up: {failed.reason}") from None
-        keep = True
+        keep_serving(deployer)
     finally:
-        if keep and hasattr(deployer, "keep_running"):
-            deployer.keep_running = True  # a local child keeps serving after autotune exits
         deployer.close()
-    return trial.number
+    return handed_over(f"trial {trial.number}'s config", pipeline, deployer, trial.number)
 
 
-def restore_original(cfg: Config) -> None:
+def restore_original(cfg: Config) -> Handover:
+    """Deploy the unit as it was before any study, wait until it serves, and let it go."""
     deployer = deployer_for(cfg)
+    pipeline: TrialPipeline | None = None
     try:
         deployer.preflight()
         pipeline = pipeline_for(cfg, deployer)
@@ -138,8 +142,72 @@ def restore_original(cfg: Config) -> None:
         forget = getattr(deployer, "forget_original", None)
         if forget is not None:
             forget()  # the next study backs up the unit as it is now
+        keep_serving(deployer)
     finally:
         deployer.close()
+    return handed_over(f"the original {cfg.target.unit}", pipeline, deployer)
+
+
+def keep_serving(deployer: Deployer) -> None:
+    """A local child process outlives autotune: it was started to serve, not to be measured."""
+    if hasattr(deployer, "keep_running"):
+        deployer.keep_running = True
+
+
+@dataclass(frozen=True)
+class Handover:
+    """What autotune left serving when it let go of the server."""
+
+    what: str
+    url: str
+    pid: int | None
+    """A local child's process id (it outlives autotune); None under systemd."""
+    trial: int | None = None
+
+    def sentence(self, cfg: Config) -> str:
+        """`serving the original x.service at URL (...)`: the line a person reads last."""
+        who = f" on {cfg.worker}" if cfg.worker else ""
+        how = f"via {cfg.target.deploy}"
+        if self.pid is not None:
+            how = f"a local process, pid {self.pid}: `kill {self.pid}` stops it"
+        return f"serving {self.what}{who} at {self.url} ({how})"
+
+
+def handed_over(
+    what: str, pipeline: TrialPipeline | None, deployer: Deployer, trial: int | None = None
+) -> Handover:
+    """Once autotune has let go of the server (`deployer.close()`): it still answers, so that
+    no command says a server is serving when nothing does."""
+    assert pipeline is not None
+    why = still_answers(pipeline)
+    if why is not None:
+        raise AutotuneError(f"{what} was ready, then stopped answering at {pipeline.url}: {why}")
+    # The address a user reaches it at: the configured one, not an SSH link's local end.
+    url = pipeline.cfg.target.base_url if pipeline.tunnel is not None else pipeline.url
+    pid = getattr(deployer, "pid", None) if getattr(deployer, "keep_running", False) else None
+    return Handover(what, url, pid, trial)
+
+
+def still_answers(pipeline: TrialPipeline) -> str | None:
+    """None when the server answers its ready path now; else what the probe met. Through an
+    SSH link that closed with autotune, the wait just before stands for it (the unit serves
+    by itself under systemd)."""
+    if pipeline.tunnel is not None:
+        return None
+    paths = list(pipeline.engine.ready_paths())
+    problem = "no ready path answered"
+    with httpx.Client(timeout=5.0, headers=auth_headers(pipeline.api_key)) as client:
+        for path in paths:
+            try:
+                status = client.get(pipeline.url + path).status_code
+            except httpx.TransportError as exc:
+                return f"{type(exc).__name__} on {path}: {exc}" if str(exc) else type(exc).__name__
+            if status == 200:
+                return None
+            problem = f"HTTP {status} on {path}"
+            if status != 404:
+                break
+    return problem
 
 
 def state_dir(cfg: Config) -> Path:

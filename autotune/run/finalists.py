@@ -26,7 +26,7 @@ from autotune.bench.phase import ramp
 from autotune.config import Config
 from autotune.log import get
 from autotune.run.trial import TrialResult
-from autotune.search import gp, objective
+from autotune.search import deployments, gp, objective
 from autotune.search import study as st
 from autotune.search.gp.features import features
 
@@ -80,10 +80,20 @@ def pending(cfg: Config, study: optuna.Study) -> bool:
 
 def expected_runs(cfg: Config, study: optuna.Study) -> int:
     """Finalist deployments still to come, for time estimates: the stage usually stops after
-    about two rounds (bench/sample_efficiency.py: 6 runs for 3 finalists on average)."""
+    about two rounds (bench/sample_efficiency.py: 6 runs for 3 finalists on average), and
+    the unit as it was is measured once beside them."""
     if not pending(cfg, study):
         return 0
-    return cfg.benchmark.finalists * min(cfg.benchmark.finalist_rounds, 2)
+    return runs_expected(cfg)
+
+
+def runs_expected(cfg: Config) -> int:
+    """The finalist stage's deployments before anything is known: two rounds and the
+    baseline's run (none when the stage is off)."""
+    b = cfg.benchmark
+    if b.finalists < 2 or b.finalist_rounds < 1:
+        return 0
+    return b.finalists * min(b.finalist_rounds, 2) + 1
 
 
 def expected_phase_s(cfg: Config, study: optuna.Study) -> float:
@@ -122,7 +132,11 @@ def validate(
     log.info("validating finalists", trials=[t.number for t in top], most_rounds=cap)
     rounds = 0
     phases: dict[int, dict[str, Any]] = {}
+    base = _baseline_beside(study, top)
+    base_runs: list[float] = []
     for rounds in range(1, cap + 1):
+        if rounds == 1 and base is not None:
+            base_runs = _measure_baseline(base, remeasure)
         for t in contenders:
             config = t.user_attrs.get("config")
             log.info("finalist", round=f"{rounds}/{cap}", trial=t.number, config=st.trial_config(t))
@@ -152,9 +166,12 @@ def validate(
         contenders = [t for t in alive if t is leader or verdicts[t.number].p_best >= DROP_BELOW]
         if chance >= CONFIDENCE or len(contenders) < 2:
             break
-    declared = max(verdicts, key=lambda n: (verdicts[n].mean, -n)) if verdicts else None
+    # Declared on each finalist's own deployments, not the judge's pooled mean: the one
+    # whose lower bound is highest (a steady config over a lucky one).
+    bounds = _bounds(study, top, fresh, base, base_runs, verdicts)
+    declared = max(bounds, key=lambda n: (bounds[n], -n)) if bounds else None
     fixed_winner = declared
-    declared = _held_up(declared, verdicts, phases)
+    declared = _held_up(declared, bounds, phases)
     summary = {
         str(t.number): {
             "first": round(float(t.value), 2),
@@ -178,9 +195,15 @@ def validate(
             "n_trials": cfg.study.n_trials,
             "declared_best": declared,
             "rounds": rounds,
-            "runs": sum(len(v) for v in fresh.values()) + len(failed),
+            "runs": sum(len(v) for v in fresh.values()) + len(failed) + (base is not None),
             "judge": judge,
+            "declared_by": "the highest 95 % lower bound over each finalist's deployments",
             "finalists": summary,
+            **(
+                {"baseline": {"trial": base.number, "values": [round(v, 2) for v in base_runs]}}
+                if base is not None
+                else {}
+            ),
             **({"fixed_level_winner": fixed_winner} if fixed_winner != declared else {}),
         },
     )
@@ -196,8 +219,55 @@ def validate(
     return declared
 
 
+def _baseline_beside(
+    study: optuna.Study, top: Sequence[optuna.trial.FrozenTrial]
+) -> optuna.trial.FrozenTrial | None:
+    """The unit as it was, measured again beside the finalists (unless it is one): the gain
+    over it is then counted on two deployments of each, in the same hour."""
+    base = st.baseline_trial(study)
+    if base is None or any(deployments.key(t) == deployments.key(base) for t in top):
+        return None
+    return base
+
+
+def _measure_baseline(base: optuna.trial.FrozenTrial, remeasure: Remeasure) -> list[float]:
+    config = base.user_attrs.get("config")
+    log.info("the unit as it was, measured beside the finalists", trial=base.number)
+    result = remeasure(dict(config) if config else None)
+    if result.score.values[0] > 0 and _holds(result.score, result.attrs):
+        return [result.score.values[0]]
+    log.warning("the unit as it was failed when measured again", trial=base.number)
+    return []
+
+
+def _bounds(
+    study: optuna.Study,
+    top: Sequence[optuna.trial.FrozenTrial],
+    fresh: Mapping[int, list[float]],
+    base: optuna.trial.FrozenTrial | None,
+    base_runs: list[float],
+    verdicts: Mapping[int, Verdict],
+) -> dict[int, float]:
+    """Each finalist still in: the 95 % lower bound of its value over all its deployments,
+    with the spread between deployments pooled over everything deployed more than once."""
+    groups = deployments.values(study)
+    for t in top:
+        groups.setdefault(deployments.key(t), [])
+        groups[deployments.key(t)] = [*groups[deployments.key(t)], *fresh.get(t.number, ())]
+    if base is not None:
+        groups[deployments.key(base)] = [*groups.get(deployments.key(base), []), *base_runs]
+    sp = deployments.pooled(groups.values())
+    out = {}
+    for t in top:
+        if t.number in verdicts:
+            w = deployments.of(groups[deployments.key(t)], sp)
+            if w is not None:
+                out[t.number] = w.low
+    return out
+
+
 def _held_up(
-    declared: int | None, verdicts: Mapping[int, Verdict], phases: Mapping[int, Mapping[str, Any]]
+    declared: int | None, verdicts: Mapping[int, float], phases: Mapping[int, Mapping[str, Any]]
 ) -> int | None:
     """The fixed-level winner if it held up under changing load (or was not put through it);
     else the most likely best finalist that did; else, with none held up, the winner still."""
@@ -212,7 +282,7 @@ def _held_up(
             problems=problems,
         )
         return declared
-    best = max(held, key=lambda n: (verdicts[n].mean, -n))
+    best = max(held, key=lambda n: (verdicts[n], -n))
     log.warning(
         "the fixed-level winner did not hold up under changing load: declaring the best that did",
         fixed_level_winner=declared,

@@ -22,7 +22,7 @@ from autotune.errors import AutotuneError, DeployError, HostFailed, ServerFailed
 from autotune.log import get
 from autotune.run import address, finalists
 from autotune.run.checks import api_key, check_flags, check_unit
-from autotune.run.deployment import deploy_trial, deployer_for
+from autotune.run.deployment import Handover, deploy_trial, deployer_for, handed_over
 from autotune.run.locking import server_lock
 from autotune.run.stopping import StopRequest, TrialInterrupted
 from autotune.run.trial import TrialPipeline, TrialResult
@@ -47,6 +47,8 @@ class StudySummary:
     stopped: str | None = None
     predicted: int = 0
     """Configs ruled out by the capacity prediction, without a restart."""
+    serving: Handover | None = None
+    """What the server was left serving (None: it stopped with autotune)."""
 
 
 def run_study(
@@ -94,6 +96,8 @@ def _run_with_deployer(
 ) -> StudySummary:
     deployer = deployer_for(cfg)
     tally = Tally()
+    left: str | None = None
+    pipeline: TrialPipeline | None = None
     try:
         deployer.preflight()
         base_unit = deployer.original_unit()
@@ -151,7 +155,7 @@ def _run_with_deployer(
         if not stop.requested and st.remaining_budget(study, total) == 0:
             _finalists_once(cfg, study, pipeline, stop)
         try:
-            finish(cfg, study, deployer, pipeline)
+            left = finish(cfg, study, deployer, pipeline)
         except KeyboardInterrupt:
             log.warning("aborted while finishing: the server is starting the unit just deployed")
             raise
@@ -159,6 +163,8 @@ def _run_with_deployer(
         deployer.close()
     summary = _summary(cfg, study, tally, spent=st.remaining_budget(study, total) == 0)
     summary.stopped = stop.reason if stop.requested else None
+    if left is not None:
+        summary.serving = handed_over(left, pipeline, deployer)
     return summary
 
 
@@ -291,17 +297,20 @@ def describe(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]
     }
 
 
-def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: TrialPipeline) -> None:
-    """Leave the server on a config someone chose: the best trial's, or the original."""
+def finish(
+    cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: TrialPipeline
+) -> str | None:
+    """Leave the server on a config someone chose: the best trial's, or the original. What
+    it left serving, said as `serving ...` once autotune let go (None: it stops)."""
     action = cfg.study.on_finish
     local = cfg.target.deploy == "local-process"
     if action == "stop":
         log.info("the server stops with autotune (deploy: local-process, study.on_finish: stop)")
-        return
+        return None
     if action == "leave":
         log.warning("leaving the server as it is (study.on_finish: leave)")
         _keep_serving(deployer, local)
-        return
+        return "the config the last trial deployed"
     best = st.best_trials(study)
     if action == "apply-best" and best:
         if deploy_trial(deployer, pipeline, best[0], unless_serving=True):
@@ -313,7 +322,7 @@ def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: Trial
             pipeline.wait_ready(interruptible=False)
             log.info("serving the best config", trial=best[0].number)
             _keep_serving(deployer, local)
-            return
+            return f"the best config, trial {best[0].number}'s"
         except ServerFailed as failed:
             log.error(
                 "the best config did not come up again; restoring the original",
@@ -326,6 +335,7 @@ def finish(cfg: Config, study: optuna.Study, deployer: Deployer, pipeline: Trial
         pipeline.wait_ready(interruptible=False)
         log.info("serving the original unit")
         _keep_serving(deployer, local)
+        return f"the original {cfg.target.unit}"
     except ServerFailed as failed:
         raise AutotuneError(f"the original unit did not come back up: {failed.reason}") from None
 

@@ -360,7 +360,7 @@ class TrialPipeline:
                 log.info(
                     "level missed its confidence target: measuring it again",
                     concurrency=c,
-                    ci=_pm(row.ci_halfwidth),
+                    ci=_pm(row.ci_halfwidth, b.ci_width),
                     target=_pm(b.ci_width),
                 )
                 self.stop.check()
@@ -673,8 +673,15 @@ def _flags_text(params: Params | None, cfg: Config) -> str:
     return cfg.space.describe(params)
 
 
-def _pm(share: float | None) -> str:
-    return "±?" if share is None else f"±{share:.1%}"
+def _pm(share: float | None, beside: float | None = None) -> str:
+    """`±2.1%`; with the digits that tell it from `beside` when one decimal would not (a
+    half-width of 2.04 % missed a ±2.0 % target: `±2.04%`)."""
+    if share is None:
+        return "±?"
+    digits = 1
+    while beside is not None and digits < 4 and f"{share:.{digits}%}" == f"{beside:.{digits}%}":
+        digits += 1
+    return f"±{share:.{digits}%}"
 
 
 def _trace(cfg: Config) -> Trace | None:

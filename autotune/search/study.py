@@ -505,7 +505,10 @@ def liveness(study: optuna.Study, cfg: Config) -> list[Liveness]:
         o = t.user_attrs.get("owner") or {}
         who = o.get("worker") or f"{o.get('host', '?')}/{o.get('pid', '?')}"
         age = ages.get(t.number)
-        out.append(Liveness(t.number, who, age, age is not None and age > 2 * interval + 1))
+        # On its own host a worker's process is asked directly: a killed one is gone now,
+        # not after two missed beats.
+        gone = _owner_gone(t.user_attrs) or (age is not None and age > 2 * interval + 1)
+        out.append(Liveness(t.number, who, age, gone))
     return out
 
 
@@ -803,7 +806,18 @@ def forget(
         unknown = [n for n in numbers if n not in trials]
         if unknown:
             raise AutotuneError(f"no trial {unknown[0]} in study {study.study_name!r}")
-        chosen = {n for n in numbers if trials[n].state in FINISHED}
+        for n in numbers:
+            t = trials[n]
+            if t.state in FINISHED:
+                continue
+            was = "forgotten already" if forgotten(t) else t.state.name
+            failure = t.user_attrs.get("failure")
+            said = f"{was} ({failure})" if failure and not forgotten(t) else was
+            raise AutotuneError(
+                f"trial {n} is {said}: only a finished trial (COMPLETE or PRUNED) has a result "
+                "to forget (a failed one holds none and counts against no budget)"
+            )
+        chosen = set(numbers)
         if kind is not None or failed_since is not None:
             for t in trials.values():
                 if t.state not in FINISHED or "failure" not in t.user_attrs:

@@ -156,8 +156,17 @@ def _schema_lock(url: str, create: bool) -> Iterator[None]:
 
 
 def _first_line(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None)  # the driver's own words, not SQLAlchemy's wrapper
-    words = str(orig if orig is not None else exc).strip()
+    """The driver's own words (`Connection refused`), not the wrappers around them: Optuna's
+    `An exception is raised during the commit`, SQLAlchemy's error with its .orig."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        exc = cause
+        orig = getattr(exc, "orig", None)
+        if isinstance(orig, BaseException):
+            exc = orig
+            break
+        cause = exc.__cause__ or exc.__context__
+    words = str(exc).strip()
     return words.splitlines()[0] if words else type(exc).__name__
 
 

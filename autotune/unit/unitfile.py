@@ -481,6 +481,32 @@ def split_flags(argv: list[str]) -> list[tuple[str, int, int | None, bool, str |
     return found
 
 
+def near_miss(flag: str, known: Iterable[str]) -> str | None:
+    """The known flag that `flag` mistypes (one letter added, dropped, changed or swapped) or
+    abbreviates as argparse allows (a prefix the server reads as that flag); None when it
+    is one of them, or near none. Two letters apart is another flag (`--spec-draft-n-min`,
+    `--spec-draft-n-max`)."""
+    known = list(known)
+    if flag in known:
+        return None
+    prefixed = [k for k in known if k.startswith(flag)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    return next((k for k in known if _one_edit(flag, k)), None)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """`a` and `b` differ by one insertion, deletion, substitution or adjacent swap."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    i = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    if len(a) == len(b):
+        swapped = a[i + 1 : i + 2] == b[i : i + 1] and a[i : i + 1] == b[i + 1 : i + 2]
+        return a[i + 1 :] == b[i + 1 :] or (swapped and a[i + 2 :] == b[i + 2 :])
+    longer, shorter = (a, b) if len(a) > len(b) else (b, a)
+    return longer[i + 1 :] == shorter[i:]
+
+
 def flags(argv: list[str], *, source: str | None = None) -> dict[str, str | None]:
     """The `--flag` options of a command line: `--flag value`, `--flag=value` or boolean `--flag`.
 

@@ -105,6 +105,9 @@ def test_study_over_ssh_leaves_best_serving_and_restore_is_byte_identical(
     assert restored.returncode == 0, restored.stderr[-3000:]
     assert fake_host.unit_path(UNIT).read_bytes() == original.encode()
     assert _served_steps(port) == 4
+    assert restored.stdout.strip().splitlines()[-1] == (
+        f"serving the original {UNIT} at http://127.0.0.1:{port} (via ssh)"
+    )
 
 
 def test_ssh_link_down_longer_than_a_trial_consumes_no_trial(
