@@ -27,6 +27,7 @@ from autotune.run.locking import server_lock
 from autotune.run.stopping import StopRequest, TrialInterrupted
 from autotune.run.trial import TrialPipeline, TrialResult
 from autotune.run.worker import POLL_S, Tally, Worker, confirm_crash
+from autotune.search import deployments
 from autotune.search import study as st
 from autotune.store import storage
 from autotune.store.artifacts import artifact_store
@@ -285,6 +286,9 @@ def describe(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]
     validation = finalists.validation_of(study, t.number)
     if validation is not None:
         metrics["validation"] = validation
+    h = deployments.headline(study, t, st.baseline_trial(study))
+    if h is not None:
+        metrics["over_deployments"] = _over_deployments(h)
     names = study.metric_names or [f"value{i}" for i in range(len(t.values or []))]
     return {
         "study": study.study_name,
@@ -295,6 +299,28 @@ def describe(study: optuna.Study, t: optuna.trial.FrozenTrial) -> dict[str, Any]
         "chosen_by": st.chosen_by(study, t),
         "metrics": metrics,
     }
+
+
+def _over_deployments(h: deployments.Headline) -> dict[str, Any]:
+    """The best's worth over its deployments and its gain, for `best --json`."""
+    w = h.worth
+    out: dict[str, Any] = {
+        "value": round(w.value, 2),
+        "low": round(w.low, 2),
+        "high": round(w.high, 2),
+        "deployments": w.deployments,
+        "spread_sd": round(h.spread.sd, 4),
+        "spread_from_configs": h.spread.configs,
+    }
+    if h.gain is not None and h.baseline is not None:
+        out["gain"] = {
+            "point": round(h.gain.point, 4),
+            "low": round(h.gain.low, 4),
+            "high": round(h.gain.high, 4),
+            "baseline_value": round(h.baseline.value, 2),
+            "baseline_deployments": h.baseline.deployments,
+        }
+    return out
 
 
 def finish(
