@@ -643,6 +643,8 @@ def _validate(args: argparse.Namespace) -> int:
         for f in findings:
             if f.skipped:
                 print(f"skipped  {who}{f.check}: {f.text}")
+            elif f.warning:
+                print(f"warning  {who}{f.check}: {f.text}")
             elif f.ok:
                 print(f"ok  {who}{f.check}: {f.text}")
             else:

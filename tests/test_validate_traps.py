@@ -79,3 +79,18 @@ def test_a_refused_postgresql_connection_is_named_in_its_own_words(tmp_path: Pat
         said = [e for e in _errors(proc) if "study.storage" in e]
         assert said and "Connection refused" in said[0], (command, proc.stderr[-2000:])
         assert "exception is raised during the commit" not in proc.stderr
+
+
+def test_a_level_above_the_units_cap_is_warned_about_by_validate_and_start(tmp_path: Path) -> None:
+    flags = (
+        "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 "
+        "--max-running-requests 3"
+    )
+    config = study_dir(tmp_path, flags=flags, concurrency=[1, 4], n_trials=1)
+    proc = autotune("validate", "--config", str(config), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    line = (
+        "warning  levels: benchmark.concurrency: c=4 above the unit's --max-running-requests "
+        "3: the server runs 3 at once and queues the rest"
+    )
+    assert line in proc.stdout, proc.stdout

@@ -147,7 +147,8 @@ def run(where: Where, out_dir: Path, *, storage: str, force: bool) -> tuple[Path
         if path is not None and path.exists() and not force:
             raise AutotuneError(f"{path} exists: remove it or pass --force")
     url = None if through_link else f"http://{host}:{port}"
-    text = _config_text(where, live, engine, space, why, url, storage, flags)
+    running = _running_now(engine, url) if url is not None else None
+    text = _config_text(where, live, engine, space, why, url, storage, flags, running)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         if copy is not None:
@@ -156,6 +157,18 @@ def run(where: Where, out_dir: Path, *, storage: str, force: bool) -> tuple[Path
     except OSError as exc:
         raise AutotuneError(f"cannot write into --out {out_dir}: {exc.strerror}") from None
     return config, notes
+
+
+def _running_now(engine: Engine, url: str) -> int | None:
+    """How many requests the live server runs at once, when it answers now (it may be
+    stopped: init reads the unit, not the server)."""
+    import asyncio
+
+    try:
+        info = asyncio.run(asyncio.wait_for(engine.server_info(url, [], None), 5.0))
+    except Exception:  # not running, not reachable, guarded: the cap stands in
+        return None
+    return info.max_running_requests
 
 
 #: The worst p90 of the default sampler's deployments to 98 % of the optimum over the
@@ -173,7 +186,10 @@ def _config_text(
     base_url: str | None,
     storage: str,
     flags: dict[str, str | None],
+    running: int | None = None,
 ) -> str:
+    """The commented config; `running`: the requests the live server runs at once now,
+    when it answered."""
     current = {f: v for f, v in flags.items() if f.startswith(("--speculative", "--spec-"))}
     now = ", ".join(f"{k} {v}" for k, v in current.items()) or "none"
     size = _space_size(space)
@@ -250,11 +266,68 @@ def _config_text(
     if engine.init_constraints:
         lines.append("  constraints:")
         for key, value in engine.init_constraints:
+            why = _CONSTRAINT_WHY.get(key, "")
             if key == "min_running_requests":
-                value = min(value, levels[-1])
-            lines.append(f"    {key}: {value}    # {_CONSTRAINT_WHY.get(key, '')}".rstrip(" #"))
+                value, why = _floor(space, flags, min(value, levels[-1]), cap, running)
+            lines.append(f"    {key}: {value}    # {why}".rstrip(" #"))
     lines.append("")
     return "\n".join(lines)
+
+
+def _floor(
+    space_name: str,
+    flags: dict[str, str | None],
+    default: int,
+    cap: int | None,
+    running: int | None,
+) -> tuple[int, str]:
+    """The running-requests floor and the comment that says what it leaves feasible.
+
+    Each config reserves `memory_per_request` tokens per request (the space file): the pool
+    that holds the unit's own `running` requests at its own reservation m0 holds about
+    running * m0 / m at m, never more than the unit's cap (the capacity rule with no fixed
+    share per request, its low bound from one deployment: trees of the demo's space ran
+    4-8 at once where the chain ran 21, issue 48; the simulator's (3, 4, 8) runs 8 where
+    this says 6). The floor keeps half of what the unit runs now, at most the engine's
+    default: a config that halves the server's room is a choice the operator makes, by
+    raising or lowering it, knowing how many configs it leaves.
+    """
+    from autotune import resources
+    from autotune.search import study as st
+    from autotune.space import load_space
+
+    why = _CONSTRAINT_WHY["min_running_requests"]
+    try:
+        space = load_space(resources.search_space(space_name) or Path(space_name))
+    except (OSError, AutotuneError):
+        return default, why
+    base = st.baseline_of(space, flags).params  # study params: decoded to the config it runs
+    m0 = space.memory_tokens(space.decode(base)) if base else None
+    held = running if running is not None else cap
+    if m0 is None or held is None or not space.enumerable():
+        return default, why + " (not predicted: " + (
+            "the space does not say what a request reserves)"
+            if m0 is None or not space.enumerable()
+            else "the unit sets no cap and the server was not asked)"
+        )
+    predicted = []
+    for c in space.enumerate():
+        m = space.memory_tokens(c.params)
+        if m:
+            predicted.append(min(cap or held, int(held * m0 / m)))
+    if not predicted:
+        return default, why
+    floor = max(1, min(default, held // 2))
+    now = (
+        f"the {held} requests the running server holds at once"
+        if running is not None
+        else f"the unit's cap of {held} requests at once"
+    )
+    leaves = sum(p >= floor for p in predicted)
+    return floor, (
+        f"half of {now}: {leaves} of {len(predicted)} configs predicted to hold it (trees "
+        "reserve more per request); raise it if your traffic needs more"
+    )
 
 
 def _space_size(space: str) -> int | None:

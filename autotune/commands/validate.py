@@ -19,6 +19,7 @@ import httpx
 from autotune.config import Config
 from autotune.engines import get_engine
 from autotune.errors import AutotuneError, ConfigError
+from autotune.run.checks import levels_above_cap
 from autotune.store import storage
 from autotune.unit import unitfile
 
@@ -32,6 +33,7 @@ class Finding:
     ok: bool
     text: str  # what was seen, or the problem with where to fix it
     skipped: bool = False  # not run: `text` says what it needs
+    warning: bool = False  # runs, but measures something else than it seems: `text` says what
 
 
 class Skipped(Exception):
@@ -70,6 +72,10 @@ def run(cfg: Config) -> list[Finding]:
         elif not unit_text:
             skip("unit copy", "needs the host (the target check failed)")
         check("unit", lambda: _unit(cfg, text, from_copy=not unit_text))
+        if _parses(text):
+            above = levels_above_cap(cfg, text)
+            if above:
+                findings.append(Finding("levels", True, above, warning=True))
         if _parses(text):
             # A unit that does not parse was said once, above: one problem, one line.
             check("server", lambda: _server(cfg, text, probe=bool(unit_text)))

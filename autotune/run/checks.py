@@ -151,3 +151,23 @@ def api_key(cfg: Config) -> str | None:
             f"environment variable {cfg.target.api_key_env} is not set",
         )
     return key
+
+
+def levels_above_cap(cfg: Config, text: str) -> str | None:
+    """A level above the unit's own cap on running requests measures the server's queue
+    beside the same batch as the cap: it runs, but it is not the load it names."""
+    engine = get_engine(cfg.target.engine)
+    flags = unitfile.parse_exec_start(text, source=str(cfg.target.unit_file)).flags()
+    caps = [(int(v), f) for f in engine.concurrency_flags if (v := flags.get(f)) and v.isdigit()]
+    if not caps:
+        return None
+    cap, flag = min(caps)
+    over = [c for c in cfg.benchmark.concurrency if c > cap]
+    if not over:
+        return None
+    levels = ", ".join(f"c={c}" for c in over)
+    return (
+        f"benchmark.concurrency: {levels} above the unit's {flag} {cap}: the server runs {cap} "
+        f"at once and queues the rest, so each such level measures c={cap} with a queue; "
+        f"lower it to {cap} or below"
+    )

@@ -21,7 +21,7 @@ from autotune.engines import get_engine
 from autotune.errors import AutotuneError, DeployError, HostFailed, ServerFailed, StudyStopped
 from autotune.log import get
 from autotune.run import address, finalists
-from autotune.run.checks import api_key, check_flags, check_unit
+from autotune.run.checks import api_key, check_flags, check_unit, levels_above_cap
 from autotune.run.deployment import Handover, deploy_trial, deployer_for, handed_over
 from autotune.run.locking import server_lock
 from autotune.run.stopping import StopRequest, TrialInterrupted
@@ -104,6 +104,9 @@ def _run_with_deployer(
         base_unit = deployer.original_unit()
         current = check_unit(cfg, base_unit, check_executables=cfg.target.deploy != "ssh")
         check_flags(cfg, deployer)
+        above = levels_above_cap(cfg, base_unit)
+        if above is not None:
+            log.warning(above)
         baseline = st.baseline_of(cfg.space, current, unitenv.effective(base_unit))
         st.enqueue_baseline_once(study, baseline)
         reached = address.resolve(cfg, deployer, base_unit)
