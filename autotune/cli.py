@@ -49,7 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level = "WARNING"  # the checks' own lines say what was seen; info lines interleave
     log.setup(level=level, json=json_logs)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a reader gone (`| head`) shows here, not in the flush at exit
+        return code
     except AutotuneError as exc:
         return _fail(f"autotune: error: {exc}", exc.exit_code)
     except KeyboardInterrupt:

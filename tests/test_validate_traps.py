@@ -94,3 +94,21 @@ def test_a_level_above_the_units_cap_is_warned_about_by_validate_and_start(tmp_p
         "3: the server runs 3 at once and queues the rest"
     )
     assert line in proc.stdout, proc.stdout
+
+
+def test_a_reader_that_leaves_early_gets_no_internal_error(tmp_path: Path) -> None:
+    """`autotune status | head`: the pipe closes before autotune has written all; it ends
+    quietly with a shell's code for SIGPIPE (128 + 13), not `internal error: BrokenPipeError`."""
+    config = study_dir(tmp_path)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune", "validate", "--config", str(config)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 141, err
+    assert "internal error" not in err and "Traceback" not in err and "BrokenPipe" not in err, err
