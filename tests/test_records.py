@@ -1,0 +1,70 @@
+"""The trial record's one schema (`autotune/search/records.py`): every key constant is in
+its docstring's table, and a study written by the previous release still reads."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.search import records
+from tests.e2e import REPO, autotune, status, study_dir
+
+OLD_STUDY = REPO / "tests" / "data" / "studies" / "release-703644d.db"
+
+
+def _constants(prefix: str = "") -> dict[str, str]:
+    return {
+        name: value
+        for name, value in vars(records).items()
+        if name.isupper() and isinstance(value, str) and name.startswith(prefix)
+    }
+
+
+def _schema_rows() -> list[str]:
+    """The first column of the docstring's table: one key (or key pattern) per row."""
+    lines = (records.__doc__ or "").splitlines()
+    rules = [i for i, line in enumerate(lines) if line.startswith("=====")]
+    assert len(rules) == 3, rules  # above the header, below it, below the last row
+    return [line.split()[0] for line in lines[rules[1] + 1 : rules[2]] if line.strip()]
+
+
+def test_every_key_is_in_the_schema_and_every_schema_row_is_a_key() -> None:
+    rows = _schema_rows()
+    assert len(rows) > 40
+    trial = {n: v for n, v in _constants().items() if not n.startswith("STUDY_")}
+    for name, value in trial.items():
+        if name.endswith("_AT"):  # a per-level prefix: `output_tok_s@c` of `...@c{C}`
+            assert any(r.startswith(value) for r in rows), name
+        else:
+            assert value in rows, name
+    for row in rows:
+        stem = row.split("{")[0]
+        assert stem in trial.values(), row
+    for name, value in _constants("STUDY_").items():
+        assert f"`{value}`" in (records.__doc__ or ""), name
+
+
+@pytest.mark.slow  # a resumed study: an end-to-end run
+def test_a_study_written_by_the_previous_release_still_reads(tmp_path: Path) -> None:
+    config = study_dir(tmp_path, n_trials=4)
+    shutil.copy(OLD_STUDY, tmp_path / "study.db")
+    old = optuna.load_study(study_name="e2e", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    for t in old.get_trials():
+        r = records.TrialRecord.of(t)
+        assert r.number == t.number and (r.config or r.baseline)
+        assert r.output_tok_s or r.failure or r.reused_from is not None
+    seen = status(config)
+    assert seen["finished"] == 4 and [t["number"] for t in seen["trials"]] == [0, 1, 2, 3]
+    best = autotune("best", "--config", str(config), cwd=tmp_path)
+    assert best.returncode == 0, best.stderr[-2000:]
+    assert "over the unit as it was" in best.stdout or "is the best" in best.stdout
+    assert json.loads(autotune("best", "--json", "--config", str(config), cwd=tmp_path).stdout)
+    made = autotune("report", "--config", str(config), "--out", str(tmp_path / "r"), cwd=tmp_path)
+    assert made.returncode == 0, made.stderr[-2000:]
+    more = autotune("start", "--config", str(config), "--n-trials", "5", cwd=tmp_path)
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert status(config)["finished"] == 5
