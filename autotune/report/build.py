@@ -18,6 +18,7 @@ from autotune.report import data as report_data
 from autotune.report import plots
 from autotune.report.html import Page, Plots, render
 from autotune.report.units import TrialFiles, unit_diff
+from autotune.search import records
 from autotune.search import study as st
 from autotune.store.storage import sqlite_file
 
@@ -35,7 +36,7 @@ def build_report(cfg: Config, out_dir: str | Path) -> Path:
         raise AutotuneError(f"no study database at {db} (run `autotune start` first)")
     study = st.open_study(cfg, create=False)
     data = report_data.load(cfg, study)
-    probes = study.user_attrs.get(export_adaptive.PROBES) or {}
+    probes = study.user_attrs.get(records.STUDY_ADAPTIVE_PROBES) or {}
     load_phases = phase_summary.phases(study, probes, every_finalist=True)
     page = Page(
         data=data,
@@ -50,10 +51,12 @@ def build_report(cfg: Config, out_dir: str | Path) -> Path:
         workload=_workload_text(data.settings),
         generated=dt.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z"),
         adaptive=_adaptive_rows(cfg, study),
-        adaptive_export=study.user_attrs.get("adaptive_export"),
-        adaptive_probes=study.user_attrs.get(export_adaptive.PROBES),
+        adaptive_export=study.user_attrs.get(records.STUDY_ADAPTIVE_EXPORT),
+        adaptive_probes=study.user_attrs.get(records.STUDY_ADAPTIVE_PROBES),
         load_phases=load_phases,
-        fixed_level_winner=(study.user_attrs.get("finalists") or {}).get("fixed_level_winner"),
+        fixed_level_winner=(study.user_attrs.get(records.STUDY_FINALISTS) or {}).get(
+            "fixed_level_winner"
+        ),
     )
     out = Path(out_dir)
     try:

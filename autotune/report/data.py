@@ -14,14 +14,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
-from autotune.search import deployments, perf
+from autotune.search import deployments, records
 from autotune.search import study as st
 from autotune.search.capacity import FAILURE as CAPACITY_PREDICTED
-from autotune.search.pruning import PRUNED
 from autotune.store.storage import redact
 
 #: Study user attribute where the closing re-measurement of the top configs is kept.
-FINALISTS = "finalists"
 
 
 @dataclass(frozen=True)
@@ -163,7 +161,7 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
             # A trial `autotune forget` took back is counted as such, not as a failure.
             name = "FORGOTTEN" if st.forgotten(t) else t.state.name
             unfinished[name] = unfinished.get(name, 0) + 1
-    settings = study.user_attrs.get(st.STUDY_CONFIG) or cfg.summary()
+    settings = study.user_attrs.get(records.STUDY_CONFIG) or cfg.summary()
     concurrency = [int(c) for c in settings.get("benchmark", {}).get("concurrency", [])]
     rows = [trial_row(t) for t in finished]
     return StudyData(
@@ -184,16 +182,12 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
         time=_time(cfg, study),
         workers=[w.sentence() for w in st.liveness(study, cfg)],
         rehearsal_speedup=max(
-            (
-                float(t.user_attrs["rehearsal_speedup"])
-                for t in finished
-                if t.user_attrs.get("rehearsal_speedup")
-            ),
+            (speedup for t in finished if (speedup := records.TrialRecord.of(t).rehearsal_speedup)),
             default=None,
         ),
-        performance_model=dict(study.user_attrs.get(perf.STATUS) or {}),
+        performance_model=dict(study.user_attrs.get(records.STUDY_PERFORMANCE_MODEL) or {}),
         headline=_headline(study),
-        **_validation(study.user_attrs.get(FINALISTS)),
+        **_validation(study.user_attrs.get(records.STUDY_FINALISTS)),
     )
 
 
@@ -227,49 +221,39 @@ def _validation(attr: Any) -> dict[str, Any]:
 
 
 def trial_row(t: FrozenTrial) -> TrialRow:
-    a = t.user_attrs
-    levels = {int(lv["concurrency"]): dict(lv) for lv in a.get("levels") or []}
-    throughput = {
-        int(key.removeprefix("output_tok_s@c")): float(value)
-        for key, value in a.items()
-        if key.startswith("output_tok_s@c") and value is not None
-    }
+    r = records.TrialRecord.of(t)
+    levels = {int(lv["concurrency"]): dict(lv) for lv in r.levels}
+    throughput = dict(r.output_tok_s)
     for c, lv in levels.items():
         if c not in throughput and lv.get("output_throughput") is not None:
             throughput[c] = float(lv["output_throughput"])
-    mrr = a.get("max_running_requests")
     return TrialRow(
         number=t.number,
         state=t.state.name,
         config=st.trial_config(t),
         values=None if t.values is None else tuple(t.values),
         feasible=st.is_feasible(t),
-        baseline=bool(a.get("baseline")),
-        reused_from=a.get("reused_from"),
+        baseline=r.baseline,
+        reused_from=r.reused_from,
         throughput=dict(sorted(throughput.items())),
         levels=levels,
-        max_running_requests=None if mrr is None else int(mrr),
-        failure=a.get("failure"),
-        reason=a.get("reason"),
+        max_running_requests=r.max_running_requests,
+        failure=r.failure,
+        reason=r.reason,
         # Only the named constraints: the list form optuna-dashboard reads repeats them as "0", "1".
         violated={
-            k.removeprefix("constraints:"): float(v)
+            k.removeprefix(records.CONSTRAINT_PREFIX): float(v)
             for k, v in t.system_attrs.items()
-            if k.startswith("constraints:") and float(v) > 0
+            if k.startswith(records.CONSTRAINT_PREFIX) and float(v) > 0
         },
-        value_ci=a.get("value_ci"),
-        uncertain_levels=tuple(a.get("uncertain_levels") or ()),
-        close_constraints=tuple(a.get("close_constraints") or ()),
-        feasible_p=a.get("feasible_p") if isinstance(a.get("feasible_p"), (int, float)) else None,
-        pruned=a.get(PRUNED) if t.state == TrialState.PRUNED else None,
-        predicted=a.get("failure") == CAPACITY_PREDICTED,
-        prediction=a.get(perf.PREDICTED) if isinstance(a.get(perf.PREDICTED), Mapping) else None,
-        rates=tuple(
-            sorted(
-                (r for r in a.get("rates") or () if isinstance(r, Mapping)),
-                key=lambda r: float(r.get("rate") or 0),
-            )
-        ),
+        value_ci=r.value_ci,
+        uncertain_levels=tuple(r.uncertain_levels),
+        close_constraints=tuple(r.close_constraints),
+        feasible_p=r.feasible_p,
+        pruned=r.pruned if t.state == TrialState.PRUNED else None,
+        predicted=r.failure == CAPACITY_PREDICTED,
+        prediction=r.predicted,
+        rates=tuple(sorted(r.rates, key=lambda x: float(x.get("rate") or 0))),
     )
 
 

@@ -128,6 +128,9 @@ ITL_P50_MS_AT = "itl_p50_ms@c"
 CI_AT = "ci@c"
 GOODPUT_AT = "goodput@"
 
+#: System attributes Optuna writes: each constraint's value under this prefix.
+CONSTRAINT_PREFIX = "constraints:"
+
 # -- study keys -----------------------------------------------------------------------------
 STUDY_CONFIG = "autotune_config"
 STUDY_BASELINE = "baseline_enqueued"
@@ -183,6 +186,7 @@ class TrialRecord:
     deployed: bool = True
     owner: dict[str, Any] = field(default_factory=dict)
     progress: str | None = None
+    rates: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def of(cls, t: FrozenTrial) -> TrialRecord:
@@ -212,6 +216,7 @@ class TrialRecord:
             deployed=a.get(DEPLOYED) is not False,
             owner=dict(a.get(OWNER) or {}),
             progress=_str(a.get(PROGRESS)),
+            rates=[r for r in a.get(RATES) or () if isinstance(r, dict)],
         )
 
 
