@@ -310,7 +310,7 @@ def _status(args: argparse.Namespace) -> int:
     cfg = _load(args)
     study = st.open_study(cfg, create=False)
     from autotune.run import eta
-    from autotune.search import estimate, perf
+    from autotune.search import estimate, perf, records
 
     rows = [_row(study, t) for t in study.get_trials(deepcopy=False)]
     alive = {w.trial: w for w in st.liveness(study, cfg)}
@@ -324,7 +324,7 @@ def _status(args: argparse.Namespace) -> int:
     for r in rows:
         r["best"] = r["number"] in best  # what `autotune best` names
     e = eta.of(cfg, study, live=any(not w.stale for w in alive.values()))
-    model = study.user_attrs.get(perf.STATUS)
+    model = study.user_attrs.get(records.STUDY_PERFORMANCE_MODEL)
     if args.json:
         body = {
             "study": study.study_name,
@@ -427,13 +427,15 @@ def _short(value: Any) -> str:
 
 def _row(study: Any, t: Any) -> dict[str, Any]:
     from autotune.run.finalists import validation_of
+    from autotune.search import records
     from autotune.search import study as st
 
+    r = records.TrialRecord.of(t)
     values = t.values
     gone = st.forgotten(t)
     config = st.trial_config(t)
     if not config and t.state.name == "WAITING":
-        config = dict(t.system_attrs.get("fixed_params") or {})  # enqueued, not yet asked
+        config = dict(t.system_attrs.get(records.FIXED_PARAMS) or {})  # enqueued, not yet asked
     return {
         "number": t.number,
         "state": "FORGOTTEN" if gone else t.state.name,
@@ -442,19 +444,19 @@ def _row(study: Any, t: Any) -> dict[str, Any]:
         "config": config,
         "value": None if values is None else (values[0] if len(values) == 1 else list(values)),
         "feasible": st.is_feasible(t) if t.state.name == "COMPLETE" else None,
-        "reason": t.user_attrs.get("reason"),
-        "failure": t.user_attrs.get("failure"),
-        "reused_from": t.user_attrs.get("reused_from"),
-        "baseline": bool(t.user_attrs.get("baseline")),
-        "value_ci": t.user_attrs.get("value_ci"),
-        "uncertain_levels": t.user_attrs.get("uncertain_levels") or [],
-        "close_constraints": t.user_attrs.get("close_constraints") or [],
-        "feasible_p": t.user_attrs.get("feasible_p"),
+        "reason": r.reason,
+        "failure": r.failure,
+        "reused_from": r.reused_from,
+        "baseline": r.baseline,
+        "value_ci": r.value_ci,
+        "uncertain_levels": r.uncertain_levels,
+        "close_constraints": r.close_constraints,
+        "feasible_p": r.feasible_p,
         "validation": validation_of(study, t.number),
-        "pruned": t.user_attrs.get("pruned") if t.state.name == "PRUNED" else None,
-        "predicted": t.user_attrs.get("predicted"),
+        "pruned": r.pruned if t.state.name == "PRUNED" else None,
+        "predicted": r.predicted,
         # What the worker's status line showed last (written every few seconds).
-        "progress": t.user_attrs.get("progress") if t.state.name == "RUNNING" else None,
+        "progress": r.progress if t.state.name == "RUNNING" else None,
     }
 
 
@@ -680,6 +682,7 @@ def _export_adaptive(args: argparse.Namespace) -> int:
     from autotune.commands import export_adaptive as ea
     from autotune.commands import export_schedule as es
     from autotune.commands import phase_summary
+    from autotune.search import records
     from autotune.search import study as st
 
     cfg = _load(args)
@@ -695,7 +698,8 @@ def _export_adaptive(args: argparse.Namespace) -> int:
     ea.measure(cfg, data)
     study = st.open_study(cfg, create=False)
     print(ea.table(ea.comparison(cfg, study)))
-    print(phase_summary.table(phase_summary.phases(study, study.user_attrs.get(ea.PROBES) or {})))
+    probes = study.user_attrs.get(records.STUDY_ADAPTIVE_PROBES) or {}
+    print(phase_summary.table(phase_summary.phases(study, probes)))
     return 0
 
 
@@ -703,6 +707,7 @@ def _export_schedule(cfg: Config, out: Path | None, measure: bool) -> int:
     """A draft length per batch size inside the JSON flag (vLLM's per-batch-size schedule)."""
     from autotune.commands import export_schedule as es
     from autotune.commands import phase_summary
+    from autotune.search import records
     from autotune.search import study as st
 
     path, data, winners = es.export(cfg, out)
@@ -714,7 +719,7 @@ def _export_schedule(cfg: Config, out: Path | None, measure: bool) -> int:
         es.measure(cfg, data)
         study = st.open_study(cfg, create=False)
         print(es.comparison(cfg, study))
-        probes = study.user_attrs.get(es.PROBES) or {}
+        probes = study.user_attrs.get(records.STUDY_ADAPTIVE_PROBES) or {}
         print(phase_summary.table(phase_summary.phases(study, probes)))
     return 0
 

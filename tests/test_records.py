@@ -38,9 +38,11 @@ def test_every_key_is_in_the_schema_and_every_schema_row_is_a_key() -> None:
     trial = {
         n: v
         for n, v in _constants().items()
-        if not n.startswith("STUDY_") and n != "CONSTRAINT_PREFIX"  # a system attribute
+        if not n.startswith("STUDY_") and n not in ("CONSTRAINT_PREFIX", "FIXED_PARAMS")
     }
+    # The system attributes Optuna writes, named in the paragraph after the table.
     assert f"`{records.CONSTRAINT_PREFIX}NAME`" in (records.__doc__ or "")
+    assert f"`{records.FIXED_PARAMS}`" in (records.__doc__ or "")
     for name, value in trial.items():
         if name.endswith("_AT"):  # a per-level prefix: `output_tok_s@c` of `...@c{C}`
             assert any(r.startswith(value) for r in rows), name

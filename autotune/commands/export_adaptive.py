@@ -29,13 +29,14 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import Config
 from autotune.errors import AutotuneError, ConfigError
 from autotune.log import get
+from autotune.search import records
 from autotune.search import study as st
 
 log = get("autotune.export")
 
 SWITCH_FLAG = "--speculative-adaptive"
 CONFIG_FLAG = "--speculative-adaptive-config"
-PROBES = "adaptive_probes"
+PROBES = records.STUDY_ADAPTIVE_PROBES
 EXPORTED = "exported"
 DEFAULT = "sglang-default"
 
@@ -70,7 +71,7 @@ def static_winners(cfg: Config, study: optuna.Study) -> list[Winner]:
     trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
               if _static_chain(t, switch) and st.is_feasible(t)]  # fmt: skip
     for c in cfg.benchmark.concurrency:
-        measured = [(t, t.user_attrs.get(f"output_tok_s@c{c}")) for t in trials]
+        measured = [(t, t.user_attrs.get(records.at(records.OUTPUT_TOK_S_AT, c))) for t in trials]
         measured = [(t, v) for t, v in measured if v]
         if not measured:
             continue
@@ -87,7 +88,7 @@ def static_winners(cfg: Config, study: optuna.Study) -> list[Winner]:
 
 def _static_chain(t: FrozenTrial, switch: str) -> bool:
     config = st.trial_config(t)
-    if config.get(switch) or t.user_attrs.get("reused_from") is not None:
+    if config.get(switch) or t.user_attrs.get(records.REUSED_FROM) is not None:
         return False
     return "speculative_num_steps" in config and config.get("speculative_eagle_topk", 1) == 1
 
@@ -125,7 +126,7 @@ def export(cfg: Config, out: Path | None) -> tuple[Path, dict[str, Any], list[Wi
     except OSError as exc:
         raise AutotuneError(f"cannot write {path}: {exc.strerror}") from None
     study.set_user_attr(
-        "adaptive_export",
+        records.STUDY_ADAPTIVE_EXPORT,
         {"config": data, "winners": [w.__dict__ for w in winners], "path": str(path)},
     )
     return path, data, winners
@@ -194,16 +195,16 @@ def _record(
     attrs: Mapping[str, Any], values: Any, unit: str, files: Mapping[str, str | None]
 ) -> dict[str, Any]:
     levels = {str(r["concurrency"]): round(float(r["output_throughput"]), 2)
-              for r in attrs.get("levels") or []}  # fmt: skip
+              for r in attrs.get(records.LEVELS) or []}  # fmt: skip
     return {
         "measured_at": time.time(),
-        "feasible": attrs.get("feasible"),
+        "feasible": attrs.get(records.FEASIBLE),
         "value": _rounded(values),
         "levels": levels,
-        "max_running_requests": attrs.get("max_running_requests"),
-        "load_phase": attrs.get("load_phase"),
-        "failure": attrs.get("failure"),
-        "reason": attrs.get("reason"),
+        "max_running_requests": attrs.get(records.MAX_RUNNING_REQUESTS),
+        "load_phase": attrs.get(records.LOAD_PHASE),
+        "failure": attrs.get(records.FAILURE),
+        "reason": attrs.get(records.REASON),
         "unit": unit,
         "files": dict(files),
     }
@@ -222,11 +223,11 @@ def comparison(cfg: Config, study: optuna.Study) -> list[dict[str, Any]]:
     param = cfg.space.params[file]
     probes = study.user_attrs.get(PROBES) or {}
     trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if st.is_feasible(t) and t.user_attrs.get("reused_from") is None]  # fmt: skip
+              if st.is_feasible(t) and t.user_attrs.get(records.REUSED_FROM) is None]  # fmt: skip
     default = _measured_default(study, switch, file, param)
     rows = []
     for c in cfg.benchmark.concurrency:
-        key = f"output_tok_s@c{c}"
+        key = records.at(records.OUTPUT_TOK_S_AT, c)
 
         def best(pool: list[FrozenTrial], k: str = key) -> tuple[FrozenTrial | None, float | None]:
             scored = [(t, t.user_attrs.get(k)) for t in pool if t.user_attrs.get(k)]

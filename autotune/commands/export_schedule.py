@@ -29,6 +29,7 @@ from optuna.trial import TrialState
 from autotune.config import Config
 from autotune.errors import AutotuneError, ConfigError
 from autotune.log import get
+from autotune.search import records
 from autotune.search import study as st
 from autotune.space import SearchSpace
 
@@ -36,7 +37,7 @@ log = get("autotune.export")
 
 TOKENS = "num_speculative_tokens"
 SCHEDULE = "num_speculative_tokens_per_batch_size"
-PROBES = "adaptive_probes"
+PROBES = records.STUDY_ADAPTIVE_PROBES
 EXPORTED = "exported"
 
 
@@ -69,12 +70,12 @@ def level_winners(cfg: Config, study: optuna.Study) -> list[LevelWinner]:
     flag = _tokens_flag(cfg.space)
     # Only trials whose config is a point of the space: a unit run as is says no K of its own.
     trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if st.is_feasible(t) and t.user_attrs.get("reused_from") is None
-              and t.user_attrs.get("config")
+              if st.is_feasible(t) and t.user_attrs.get(records.REUSED_FROM) is None
+              and t.user_attrs.get(records.CONFIG)
               and cfg.space.complete(st.trial_config(t))]  # fmt: skip
     winners = []
     for c in cfg.benchmark.concurrency:
-        scored = [(t, t.user_attrs.get(f"output_tok_s@c{c}")) for t in trials]
+        scored = [(t, t.user_attrs.get(records.at(records.OUTPUT_TOK_S_AT, c))) for t in trials]
         scored = [(t, float(v)) for t, v in scored if v]
         if not scored:
             continue
@@ -159,7 +160,7 @@ def export(cfg: Config, out: Path | None) -> tuple[Path, dict[str, Any], list[Le
     except OSError as exc:
         raise AutotuneError(f"cannot write {path}: {exc.strerror}") from None
     study.set_user_attr(
-        "adaptive_export",
+        records.STUDY_ADAPTIVE_EXPORT,
         {"config": data, "winners": [w.__dict__ for w in winners], "path": str(path)},
     )
     return path, data, winners
@@ -200,15 +201,15 @@ def measure(cfg: Config, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def _record(attrs: Mapping[str, Any], values: Any, unit: str) -> dict[str, Any]:
     levels = {str(r["concurrency"]): round(float(r["output_throughput"]), 2)
-              for r in attrs.get("levels") or []}  # fmt: skip
+              for r in attrs.get(records.LEVELS) or []}  # fmt: skip
     return {
         "measured_at": time.time(),
-        "feasible": attrs.get("feasible"),
+        "feasible": attrs.get(records.FEASIBLE),
         "value": round(float(values[0]), 2) if values else None,
         "levels": levels,
-        "load_phase": attrs.get("load_phase"),
-        "failure": attrs.get("failure"),
-        "reason": attrs.get("reason"),
+        "load_phase": attrs.get(records.LOAD_PHASE),
+        "failure": attrs.get(records.FAILURE),
+        "reason": attrs.get(records.REASON),
         "unit": unit,
     }
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import optuna
 
-from autotune.run.finalists import FINALISTS
+from autotune.search.records import STUDY_FINALISTS as FINALISTS
 
 
 def phases(

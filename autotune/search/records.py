@@ -128,8 +128,10 @@ ITL_P50_MS_AT = "itl_p50_ms@c"
 CI_AT = "ci@c"
 GOODPUT_AT = "goodput@"
 
-#: System attributes Optuna writes: each constraint's value under this prefix.
+#: System attributes Optuna writes: each constraint's value under this prefix; an enqueued
+#: trial's params.
 CONSTRAINT_PREFIX = "constraints:"
+FIXED_PARAMS = "fixed_params"
 
 # -- study keys -----------------------------------------------------------------------------
 STUDY_CONFIG = "autotune_config"
