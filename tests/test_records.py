@@ -75,3 +75,38 @@ def test_a_study_written_by_the_previous_release_still_reads(tmp_path: Path) -> 
     more = autotune("start", "--config", str(config), "--n-trials", "5", cwd=tmp_path)
     assert more.returncode == 0, more.stderr[-3000:]
     assert status(config)["finished"] == 5
+
+
+def _literal_key_uses() -> list[str]:
+    """Where a module outside records.py reads or writes a trial's record with a key spelled
+    as a string: `x.user_attrs.get("failure")`, `attrs["levels"]`, `set_user_attr("reason", ..)`."""
+    import ast
+
+    keys = {
+        v for n, v in _constants().items() if not n.startswith("STUDY_") and not n.endswith("_AT")
+    } | {records.STARTED_AT}
+    found = []
+    for path in sorted((REPO / "autotune").rglob("*.py")):
+        if path.name == "records.py":
+            continue
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            target: ast.AST | None = None
+            key: ast.AST | None = None
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                name = node.func.attr
+                if name in ("get", "set_user_attr") and node.args:
+                    target, key = node.func.value, node.args[0]
+                elif name == "set_trial_user_attr" and len(node.args) > 1:
+                    target, key = node.func.value, node.args[1]
+            elif isinstance(node, ast.Subscript):
+                target, key = node.value, node.slice
+            if target is None or not isinstance(key, ast.Constant) or key.value not in keys:
+                continue
+            if "attrs" in ast.unparse(target) or "set_" in ast.unparse(node)[:40]:
+                found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)[:80]}")
+    return found
+
+
+def test_no_module_but_records_spells_a_trial_key() -> None:
+    assert _literal_key_uses() == []

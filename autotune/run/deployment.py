@@ -24,6 +24,7 @@ from autotune.run import address
 from autotune.run.checks import api_key
 from autotune.run.locking import server_key
 from autotune.run.trial import TrialPipeline
+from autotune.search import records
 from autotune.search import study as st
 from autotune.store import storage
 from autotune.store.artifacts import artifact_dir
@@ -69,7 +70,7 @@ def pipeline_for(cfg: Config, deployer: Deployer) -> TrialPipeline:
 
 def unit_of_trial(pipeline: TrialPipeline, t: optuna.trial.FrozenTrial) -> str:
     """The unit text that runs trial `t`'s config (the unit unchanged for an as-is baseline)."""
-    config = t.user_attrs.get("config")
+    config = t.user_attrs.get(records.CONFIG)
     return pipeline.unit_for(dict(config) if config else None)
 
 
@@ -83,7 +84,7 @@ def deploy_trial(
     """Deploy trial `t`'s config: its unit and its companion files. `unless_serving`: not
     when the server runs exactly that already (the study's last deployment was this config):
     a restart would cost a model load to end where it is. True when it deployed."""
-    config = t.user_attrs.get("config")
+    config = t.user_attrs.get(records.CONFIG)
     params = dict(config) if config else None
     wanted = (pipeline.unit_for(params), pipeline.files_for(params))
     if unless_serving and pipeline.serving == wanted and deployer.is_running():

@@ -26,7 +26,7 @@ from autotune.bench.phase import ramp
 from autotune.config import Config
 from autotune.log import get
 from autotune.run.trial import TrialResult
-from autotune.search import deployments, gp, objective
+from autotune.search import deployments, gp, objective, records
 from autotune.search import study as st
 from autotune.search.gp.features import features
 
@@ -101,7 +101,8 @@ def expected_phase_s(cfg: Config, study: optuna.Study) -> float:
     wall time: a rehearsal's speed-up taken out."""
     if not pending(cfg, study) or not cfg.benchmark.load_phase:
         return 0.0
-    speedups = [t.user_attrs.get("rehearsal_speedup") for t in study.get_trials(deepcopy=False)]
+    trials = study.get_trials(deepcopy=False)
+    speedups = [t.user_attrs.get(records.REHEARSAL_SPEEDUP) for t in trials]
     speedup = next((float(s) for s in speedups if isinstance(s, (int, float)) and s > 0), 1.0)
     phase = len(ramp(cfg.benchmark.concurrency)) * cfg.benchmark.load_phase_segment
     return cfg.benchmark.finalists * phase / speedup
@@ -138,12 +139,12 @@ def validate(
         if rounds == 1 and base is not None:
             base_runs = _measure_baseline(base, remeasure)
         for t in contenders:
-            config = t.user_attrs.get("config")
+            config = t.user_attrs.get(records.CONFIG)
             log.info("finalist", round=f"{rounds}/{cap}", trial=t.number, config=st.trial_config(t))
             measure = under_changing_load if rounds == 1 and under_changing_load else remeasure
             result = measure(dict(config) if config else None)
-            if isinstance(result.attrs.get("load_phase"), dict):
-                phases[t.number] = result.attrs["load_phase"]
+            if isinstance(result.attrs.get(records.LOAD_PHASE), dict):
+                phases[t.number] = result.attrs[records.LOAD_PHASE]
             if result.score.values[0] > 0 and _holds(result.score, result.attrs):
                 fresh[t.number].append(result.score.values[0])
             else:
@@ -231,7 +232,7 @@ def _baseline_beside(
 
 
 def _measure_baseline(base: optuna.trial.FrozenTrial, remeasure: Remeasure) -> list[float]:
-    config = base.user_attrs.get("config")
+    config = base.user_attrs.get(records.CONFIG)
     log.info("the unit as it was, measured beside the finalists", trial=base.number)
     result = remeasure(dict(config) if config else None)
     if result.score.values[0] > 0 and _holds(result.score, result.attrs):
@@ -298,10 +299,9 @@ def _holds(score: objective.Score, attrs: Mapping[str, Any]) -> bool:
     sampler saw its margin; the report and status say the verdict was close)."""
     if score.feasible:
         return True
-    p = attrs.get("feasible_p")
-    close_only = all(
-        k in (attrs.get("close_constraints") or ()) for k, v in score.constraints.items() if v > 0
-    )
+    p = attrs.get(records.FEASIBLE_P)
+    close = attrs.get(records.CLOSE_CONSTRAINTS) or ()
+    close_only = all(k in close for k, v in score.constraints.items() if v > 0)
     return close_only and isinstance(p, (int, float)) and p > objective.CLOSE_LOW
 
 
@@ -412,7 +412,7 @@ def _top(cfg: Config, study: optuna.Study, judge: str) -> list[optuna.trial.Froz
         (
             t
             for t in study.get_trials(deepcopy=False)
-            if st.is_feasible(t) and t.user_attrs.get("reused_from") is None
+            if st.is_feasible(t) and t.user_attrs.get(records.REUSED_FROM) is None
         ),
         key=lambda t: -_upper(t),
     ):
@@ -439,8 +439,8 @@ def _upper(t: optuna.trial.FrozenTrial) -> float:
     """A trial's value, or for one whose benchmark stayed uncertain (a level missed its
     confidence target twice) the top of its interval: a config that may be the best is
     measured again rather than dropped on one noisy number."""
-    ci = t.user_attrs.get("value_ci")
-    if t.user_attrs.get("uncertain_levels") and isinstance(ci, (int, float)) and ci > 0:
+    ci = t.user_attrs.get(records.VALUE_CI)
+    if t.user_attrs.get(records.UNCERTAIN_LEVELS) and isinstance(ci, (int, float)) and ci > 0:
         return float(t.value) * (1.0 + float(ci))
     return float(t.value)
 

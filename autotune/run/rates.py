@@ -20,6 +20,7 @@ from autotune.bench.arrivals import Trace
 from autotune.bench.open_loop import RateResult, RateSettings, Slo, goodput_summary, run_rate
 from autotune.engines.base import ServerInfo
 from autotune.log import get
+from autotune.search import records
 from autotune.search.objective import highest_meeting
 
 if TYPE_CHECKING:
@@ -127,9 +128,9 @@ def _progress(which: str, rate: float) -> Any:
 def rate_attrs(rates: list[RateResult]) -> dict[str, Any]:
     """The trial's record of its open-loop levels: every figure, and goodput per rate as
     its own attribute (the dashboard sorts and filters by those)."""
-    attrs: dict[str, Any] = {"rates": [r.to_dict() for r in rates]}
+    attrs: dict[str, Any] = {records.RATES: [r.to_dict() for r in rates]}
     for r in rates:
-        attrs[f"goodput@{r.rate:g}/s"] = round(r.goodput, 4)
-    attrs["max_rate_meeting_slo"] = highest_meeting(attrs["rates"])
-    attrs["rates_s"] = round(sum(r.duration_s for r in rates), 1)
+        attrs[f"{records.GOODPUT_AT}{r.rate:g}/s"] = round(r.goodput, 4)
+    attrs[records.MAX_RATE_MEETING_SLO] = highest_meeting(attrs[records.RATES])
+    attrs[records.RATES_S] = round(sum(r.duration_s for r in rates), 1)
     return attrs

@@ -39,7 +39,7 @@ from autotune.log import get
 from autotune.run.load_phase import measure_phase
 from autotune.run.rates import measure_rates, rate_attrs
 from autotune.run.stopping import StopRequest
-from autotune.search import objective
+from autotune.search import objective, records
 from autotune.search.pruning import PRUNED, LevelPlan, Verdict
 from autotune.space import Params
 from autotune.unit import reach, secrets
@@ -59,7 +59,7 @@ class TrialResult:
     levels: list[dict[str, Any]] = field(default_factory=list)
     reused_from: int | None = None
     pruned: bool = False
-    """Stopped after some levels (`attrs["pruned"]` says why): recorded PRUNED."""
+    """Stopped after some levels (`attrs[records.PRUNED]` says why): recorded PRUNED."""
 
 
 class TrialPipeline:
@@ -95,7 +95,7 @@ class TrialPipeline:
         same ones even if the file changes during the study."""
         self.load_phase = False
         """Run the changing-load phase after the levels (a finalist's first re-measurement,
-        an adaptive probe): `attrs["load_phase"]`."""
+        an adaptive probe): `attrs[records.LOAD_PHASE]`."""
         self.workload = bench.load_workload(
             cfg.benchmark.workload, max_tokens=cfg.benchmark.max_tokens, seed=cfg.study.seed or 0
         )
@@ -136,7 +136,7 @@ class TrialPipeline:
         """
         levels = self.cfg.benchmark.concurrency
         unit_text = self.unit_for(params) if deployment is None else deployment[0]
-        attrs: dict[str, Any] = {"workload": self.workload.name}
+        attrs: dict[str, Any] = {records.WORKLOAD: self.workload.name}
         started = time.monotonic()
         log.info("deploying", target=self.deployer.description, flags=_flags_text(params, self.cfg))
         files = dict(self.files_for(params) if deployment is None else deployment[1])
@@ -154,7 +154,7 @@ class TrialPipeline:
             log.warning("server failed", kind=failed.kind, reason=failed.reason)
             score = objective.unusable(self.cfg.objective, levels, server_up=False)
             return self._result(score, attrs, unit_text)
-        attrs["startup_s"] = round(time.monotonic() - started, 1)
+        attrs[records.STARTUP_S] = round(time.monotonic() - started, 1)
         # A record from the log lists only what differs from the server's defaults (vLLM's
         # non-default args): a flag written at its default value is not on it.
         partial = info.launch_flags is None
@@ -166,10 +166,10 @@ class TrialPipeline:
         info = _with_logged_capacity(info, self.engine.capacity_from_log(self.deployer.logs()))
         attrs.update(_info_attrs(info))
         resolved = self._canonical({**(params or {}), **info.resolved})
-        attrs["resolved"] = resolved
+        attrs[records.RESOLVED] = resolved
         log.info(
             "server ready",
-            startup_s=attrs["startup_s"],
+            startup_s=attrs[records.STARTUP_S],
             max_running_requests=info.max_running_requests,
             max_total_num_tokens=info.max_total_num_tokens,
         )
@@ -210,7 +210,7 @@ class TrialPipeline:
                 fixed = {c: r.output_throughput for c, r in measured_levels.items()}
                 phase = measure_phase(self, info, deck, fixed)
                 self._check_alive()
-                attrs["load_phase"] = phase.to_dict()
+                attrs[records.LOAD_PHASE] = phase.to_dict()
         except ServerFailed as failed:
             self._not_the_configs_fault(failed, params)
             attrs.update(_failure_attrs(failed.kind, failed.reason))
@@ -222,27 +222,27 @@ class TrialPipeline:
         # The one place levels become rows: the study's record and the objective read these.
         results = {c: r.to_dict() for c, r in measured_levels.items()}
         per_level = [results[c] for c in levels if c in results]
-        attrs["levels"] = per_level
+        attrs[records.LEVELS] = per_level
         for r in per_level:
             c = r["concurrency"]
-            attrs[f"output_tok_s@c{c}"] = round(float(r["output_throughput"]), 2)
+            attrs[records.at(records.OUTPUT_TOK_S_AT, c)] = round(float(r["output_throughput"]), 2)
             if r.get("accept_length") is not None:
-                attrs[f"accept_length@c{c}"] = r["accept_length"]
-            for name, key in _LATENCY_ATTRS:
+                attrs[records.at(records.ACCEPT_LENGTH_AT, c)] = r["accept_length"]
+            for prefix, key in _LATENCY_ATTRS:
                 if r.get(key) is not None:
-                    attrs[f"{name}@c{c}"] = round(float(r[key]), 2)
+                    attrs[records.at(prefix, c)] = round(float(r[key]), 2)
         # What the adaptive stopping rule saved against always running max_duration.
         longest = self.cfg.benchmark.max_duration * info.time_scale  # in the levels' units
-        attrs["adaptive_saved_s"] = round(
+        attrs[records.ADAPTIVE_SAVED_S] = round(
             sum(max(0.0, longest - r["window_s"]) for r in per_level), 1
         )
-        attrs["degenerate_share"] = round(max(r["degenerate_share"] for r in per_level), 3)
+        attrs[records.DEGENERATE_SHARE] = round(max(r["degenerate_share"] for r in per_level), 3)
         accepts = [r["accept_length"] for r in per_level if r.get("accept_length")]
         if accepts:
-            attrs["accept_length"] = round(sum(accepts) / len(accepts), 3)
+            attrs[records.ACCEPT_LENGTH] = round(sum(accepts) / len(accepts), 3)
         shares = [r["draft_acceptance"] for r in per_level if r.get("draft_acceptance") is not None]
         if shares:
-            attrs["draft_acceptance"] = round(sum(shares) / len(shares), 4)
+            attrs[records.DRAFT_ACCEPTANCE] = round(sum(shares) / len(shares), 4)
         attrs.update(_uncertainty_attrs(self.cfg, per_level))
         attrs.update(_judged_attrs(self.cfg, [r["concurrency"] for r in per_level], results))
         if rates:
@@ -572,7 +572,7 @@ class TrialPipeline:
         return list(self.cfg.space.params)
 
     def _result(self, score: objective.Score, attrs: dict[str, Any], unit: str) -> TrialResult:
-        attrs["feasible"] = score.feasible
+        attrs[records.FEASIBLE] = score.feasible
         return TrialResult(
             score,
             secrets.value(attrs),
@@ -584,15 +584,15 @@ class TrialPipeline:
 #: Per-level latencies as flat user attributes (`ttft_p99_ms@c16`): optuna-dashboard can
 #: sort and filter trials by them, and cuts the `levels` JSON at 1024 characters.
 _LATENCY_ATTRS = (
-    ("ttft_p50_ms", "ttft_ms_p50"),
-    ("ttft_p99_ms", "ttft_ms_p99"),
-    ("itl_p50_ms", "itl_ms_p50"),
+    (records.TTFT_P50_MS_AT, "ttft_ms_p50"),
+    (records.TTFT_P99_MS_AT, "ttft_ms_p99"),
+    (records.ITL_P50_MS_AT, "itl_ms_p50"),
 )
 
 
 def _files_attrs(files: Mapping[str, str | None]) -> dict[str, Any]:
     """The companion files as the trial's record shows them (the text, or absent)."""
-    return {"files": dict(files)} if files else {}
+    return {records.FILES: dict(files)} if files else {}
 
 
 def _with_logged_capacity(info: ServerInfo, logged: tuple[int | None, int | None]) -> ServerInfo:
@@ -622,13 +622,14 @@ def _uncertainty_attrs(cfg: Config, per_level: list[dict[str, Any]]) -> dict[str
         hw = r.get("ci_halfwidth")
         if isinstance(hw, (int, float)) and math.isfinite(hw):
             rel[c] = float(hw)
-            attrs[f"ci@c{c}"] = round(float(hw), 4)
+            attrs[records.at(records.CI_AT, c)] = round(float(hw), 4)
     if cfg.benchmark.ci_width is not None:
-        attrs["uncertain_levels"] = [r["concurrency"] for r in per_level if not r["ci_target_met"]]
+        missed = [r["concurrency"] for r in per_level if not r["ci_target_met"]]
+        attrs[records.UNCERTAIN_LEVELS] = missed
     if cfg.objective.mode == "single" and cfg.objective.level in rel:
-        attrs["value_ci"] = round(rel[cfg.objective.level], 4)
+        attrs[records.VALUE_CI] = round(rel[cfg.objective.level], 4)
     elif cfg.objective.mode == "geomean" and len(rel) == len(per_level) and rel:
-        attrs["value_ci"] = round(math.sqrt(sum(v * v for v in rel.values())) / len(rel), 4)
+        attrs[records.VALUE_CI] = round(math.sqrt(sum(v * v for v in rel.values())) / len(rel), 4)
     return attrs
 
 
@@ -641,9 +642,9 @@ def _judged_attrs(
     if not judged:
         return {}
     return {
-        "constraints_judged": {k: j.attrs() for k, j in judged.items()},
-        "feasible_p": round(math.prod(j.p_holds for j in judged.values()), 4),
-        "close_constraints": [k for k, j in judged.items() if j.close],
+        records.CONSTRAINTS_JUDGED: {k: j.attrs() for k, j in judged.items()},
+        records.FEASIBLE_P: round(math.prod(j.p_holds for j in judged.values()), 4),
+        records.CLOSE_CONSTRAINTS: [k for k, j in judged.items() if j.close],
     }
 
 
@@ -655,16 +656,16 @@ def _interval_text(j: objective.Judged) -> str:
 
 def _info_attrs(info: ServerInfo) -> dict[str, Any]:
     return {
-        "max_running_requests": info.max_running_requests,
-        "max_total_num_tokens": info.max_total_num_tokens,
-        "server_version": info.version,
+        records.MAX_RUNNING_REQUESTS: info.max_running_requests,
+        records.MAX_TOTAL_NUM_TOKENS: info.max_total_num_tokens,
+        records.SERVER_VERSION: info.version,
         # A sped-up rehearsal says so on every trial it measured (the report repeats it).
-        **({"rehearsal_speedup": info.time_scale} if info.time_scale != 1.0 else {}),
+        **({records.REHEARSAL_SPEEDUP: info.time_scale} if info.time_scale != 1.0 else {}),
     }
 
 
 def _failure_attrs(kind: str, reason: str) -> dict[str, Any]:
-    return {"failure": kind, "reason": reason}
+    return {records.FAILURE: kind, records.REASON: reason}
 
 
 def _flags_text(params: Params | None, cfg: Config) -> str:

@@ -34,7 +34,7 @@ from autotune.errors import DeployError, HostFailed, StudyStopped, UnitDoesNotSe
 from autotune.log import get
 from autotune.run.stopping import StopRequest, TrialInterrupted
 from autotune.run.trial import FindMeasured, TrialResult
-from autotune.search import capacity, pruning
+from autotune.search import capacity, pruning, records
 from autotune.search import study as st
 from autotune.search.pruning import LevelPlan
 from autotune.store import optuna_private
@@ -259,7 +259,7 @@ class Worker:
             trial,
             unit_text=result.unit_text,
             server_log=result.server_log,
-            result={"config": params, **result.attrs},
+            result={records.CONFIG: params, **result.attrs},
         )
         frozen = self.db(lambda: self._record(trial, result))
         if frozen is None:
@@ -280,23 +280,23 @@ class Worker:
             trial=trial.number,
             value=_fmt(frozen.values),
             feasible=result.score.feasible,
-            **({"failure": result.attrs["failure"]} if "failure" in result.attrs else {}),
+            **({"failure": failure} if (failure := result.attrs.get(records.FAILURE)) else {}),
         )
         return Outcome.MEASURED
 
     def _baseline_served(self, trial: optuna.Trial, result: TrialResult) -> None:
         """The unit as it is must serve before any config is worth deploying: a baseline that
         does not is given back (not recorded infeasible) and the study stops with its reason."""
-        kind = result.attrs.get("failure")
+        kind = result.attrs.get(records.FAILURE)
         if kind is None or kind in SERVED_FAILURES:
             return
-        reason = f"{kind}: {result.attrs.get('reason', '')}"
+        reason = f"{kind}: {result.attrs.get(records.REASON, '')}"
         upload_trial(
             self.artifacts,
             trial,
             unit_text=result.unit_text,
             server_log=result.server_log,
-            result={"config": None, **result.attrs},
+            result={records.CONFIG: None, **result.attrs},
         )
         self._fail(trial, "unit_does_not_serve", reason)
         started = kind not in DID_NOT_START
@@ -319,13 +319,13 @@ class Worker:
         recorded infeasible with the prediction, and no server restarted for it."""
         floor = self.cfg.objective.constraints.min_running_requests
         assert floor is not None
-        attrs = {"config": params, **predicted.attrs(floor)}
+        attrs = {records.CONFIG: params, **predicted.attrs(floor)}
         self.db(lambda: st.record(self.study, trial, capacity.score(self.cfg, predicted), attrs))
         log.info(
             "predicted infeasible: not deployed",
             trial=trial.number,
-            max_running_requests=attrs["predicted_max_running_requests"],
-            interval=attrs["predicted_interval"],
+            max_running_requests=attrs[records.PREDICTED_MAX_RUNNING_REQUESTS],
+            interval=attrs[records.PREDICTED_INTERVAL],
             required=floor,
         )
         return Outcome.PREDICTED_INFEASIBLE
@@ -420,25 +420,25 @@ def confirm_crash(measure: Measure) -> Measure:
         params: dict[str, Any] | None, find_measured: FindMeasured, plan: LevelPlan | None = None
     ) -> TrialResult:
         first = measure(params, find_measured, plan)
-        if first.attrs.get("failure") != CRASH:
+        if first.attrs.get(records.FAILURE) != CRASH:
             return first
         log.warning(
             "the server crashed during the benchmark after starting fine: deploying it once "
             "more before calling the config infeasible",
-            reason=first.attrs.get("reason"),
+            reason=first.attrs.get(records.REASON),
         )
         second = measure(params, find_measured, plan)
-        confirmed = second.attrs.get("failure") == CRASH
-        second.attrs["first_attempt"] = {
+        confirmed = second.attrs.get(records.FAILURE) == CRASH
+        second.attrs[records.FIRST_ATTEMPT] = {
             k: first.attrs[k] for k in ("failure", "reason") if k in first.attrs
         }
-        second.attrs["crash_confirmed"] = confirmed
+        second.attrs[records.CRASH_CONFIRMED] = confirmed
         second.server_log = (
             f"--- first attempt: crashed during the benchmark ---\n{first.server_log}\n"
             f"--- second attempt ---\n{second.server_log}"
         )
         if confirmed:
-            log.warning("crashed again: infeasible", reason=second.attrs.get("reason"))
+            log.warning("crashed again: infeasible", reason=second.attrs.get(records.REASON))
         else:
             log.info("the second attempt ran through: the first crash is recorded, not held")
         return second

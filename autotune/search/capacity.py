@@ -38,7 +38,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.config import Config
-from autotune.search import gp, objective
+from autotune.search import gp, objective, records
 from autotune.space import SearchSpace
 
 FAILURE = "capacity_predicted"
@@ -62,15 +62,15 @@ class Prediction:
     def attrs(self, floor: int) -> dict[str, Any]:
         point = round(self.max_running_requests, 1)
         return {
-            "failure": FAILURE,
-            "reason": (
+            records.FAILURE: FAILURE,
+            records.REASON: (
                 f"predicted max_running_requests {point:g} (99 % interval "
                 f"{self.low:.0f}-{self.high:.0f}) is below the required {floor}: {self.basis}; "
                 "not deployed"
             ),
-            "predicted_max_running_requests": point,
-            "predicted_interval": [round(self.low, 1), round(self.high, 1)],
-            "deployed": False,
+            records.PREDICTED_MAX_RUNNING_REQUESTS: point,
+            records.PREDICTED_INTERVAL: [round(self.low, 1), round(self.high, 1)],
+            records.DEPLOYED: False,
         }
 
 
@@ -130,9 +130,9 @@ def observations(
     others = {n: v for n, v in config.items() if n not in e.names}
     out = []
     for t in gp.measured(trials):
-        running = t.user_attrs.get("max_running_requests")
+        running = t.user_attrs.get(records.MAX_RUNNING_REQUESTS)
         ran = gp.config_of(t)
-        if not isinstance(running, int) or t.user_attrs.get("deployed") is False:
+        if not isinstance(running, int) or t.user_attrs.get(records.DEPLOYED) is False:
             continue
         if any(ran.get(n) != v for n, v in others.items()):
             continue

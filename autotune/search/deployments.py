@@ -27,7 +27,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.search import gp
+from autotune.search import gp, records
 from autotune.search import study as st
 
 #: The spread between deployments assumed until repeats show it: a restart's ~2 % and a
@@ -36,7 +36,7 @@ PRIOR_SD = 0.025
 #: How many repeats the assumed spread weighs.
 PRIOR_DOF = 2
 #: Study user attribute the finalist stage writes (`run/finalists.FINALISTS`).
-FINALISTS = "finalists"
+FINALISTS = records.STUDY_FINALISTS
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ def _deployment(t: FrozenTrial) -> bool:
         and t.values is not None
         and len(t.values) == 1
         and t.values[0] > 0
-        and t.user_attrs.get("reused_from") is None
+        and t.user_attrs.get(records.REUSED_FROM) is None
         and st.is_feasible(t)
     )
 

@@ -38,6 +38,8 @@ from datetime import datetime
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.search import records
+
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
@@ -139,7 +141,7 @@ def _costs(
     if not base:
         return None
     overhead = statistics.fmean(_overhead(t) for t in base)
-    samples = [t for t in ended if not (t.user_attrs.get("baseline") and not _drafts(t))]
+    samples = [t for t in ended if not (t.user_attrs.get(records.BASELINE) and not _drafts(t))]
     if samples:
         mean = statistics.fmean(_seconds(t) or 0.0 for t in samples)
         full = [_seconds(t) or 0.0 for t in samples if _measured_whole(t)]
@@ -178,7 +180,7 @@ def _ended_on_its_own(t: FrozenTrial) -> bool:
     one a host failure ended, does not)."""
     return (
         t.state in (*FINISHED, TrialState.FAIL)
-        and t.user_attrs.get("failure") not in _NOT_A_COST
+        and t.user_attrs.get(records.FAILURE) not in _NOT_A_COST
         and t.datetime_start is not None
         and t.datetime_complete is not None
     )
@@ -189,31 +191,31 @@ _NOT_A_COST = ("interrupted", "daemon_died", "infrastructure", "host_failure")
 
 def _drafts(t: FrozenTrial) -> bool:
     """The server counted accepted drafts: speculation was on."""
-    return t.user_attrs.get("accept_length") is not None
+    return t.user_attrs.get(records.ACCEPT_LENGTH) is not None
 
 
 def _measured_whole(t: FrozenTrial) -> bool:
     return (
         t.state == TrialState.COMPLETE
-        and bool(t.user_attrs.get("levels"))
-        and not t.user_attrs.get("failure")
-        and t.user_attrs.get("reused_from") is None
+        and bool(t.user_attrs.get(records.LEVELS))
+        and not t.user_attrs.get(records.FAILURE)
+        and t.user_attrs.get(records.REUSED_FROM) is None
     )
 
 
 def _windows_wall(t: FrozenTrial) -> float:
     """The measured windows of its levels in wall seconds (a rehearsal's run faster)."""
-    speedup = t.user_attrs.get("rehearsal_speedup") or 1.0
-    windows = [lv.get("window_s") or 0.0 for lv in t.user_attrs.get("levels") or []]
+    speedup = t.user_attrs.get(records.REHEARSAL_SPEEDUP) or 1.0
+    windows = [lv.get("window_s") or 0.0 for lv in t.user_attrs.get(records.LEVELS) or []]
     return sum(windows) / float(speedup)
 
 
 def _deployed(t: FrozenTrial) -> bool:
     return (
         t.state in (*FINISHED, TrialState.FAIL)
-        and t.user_attrs.get("reused_from") is None
-        and t.user_attrs.get("deployed") is not False
-        and t.user_attrs.get("failure") not in _NOT_A_COST
+        and t.user_attrs.get(records.REUSED_FROM) is None
+        and t.user_attrs.get(records.DEPLOYED) is not False
+        and t.user_attrs.get(records.FAILURE) not in _NOT_A_COST
         and t.datetime_start is not None
         and t.datetime_complete is not None
     )
@@ -226,7 +228,7 @@ def _seconds(t: FrozenTrial) -> float | None:
 
 
 def _owner(t: FrozenTrial) -> str:
-    o = t.user_attrs.get("owner") or {}
+    o = t.user_attrs.get(records.OWNER) or {}
     return f"{o.get('host')}/{o.get('worker')}/{o.get('pid')}"
 
 

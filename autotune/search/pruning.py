@@ -43,7 +43,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
-from autotune.search import gp
+from autotune.search import gp, records
 from autotune.search.gp.features import features
 from autotune.search.gp.sampler import NOISE_SD
 
@@ -248,13 +248,13 @@ def pruned_trials(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
         for t in trials
         if t.state == TrialState.PRUNED
         and isinstance(t.user_attrs.get(PRUNED), dict)
-        and t.user_attrs.get("reused_from") is None
+        and t.user_attrs.get(records.REUSED_FROM) is None
         and gp.config_of(t)
     ]
 
 
 def _level(t: FrozenTrial, c: int) -> float | None:
-    v = t.user_attrs.get(f"output_tok_s@c{c}")
+    v = t.user_attrs.get(records.at(records.OUTPUT_TOK_S_AT, c))
     return float(v) if isinstance(v, (int, float)) and v > 0 else None
 
 

@@ -24,7 +24,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import Config
 from autotune.errors import AutotuneError
 from autotune.log import get
-from autotune.search import gp, objective, perf
+from autotune.search import gp, objective, perf, records
 from autotune.search.constraints import keyed_constraints, write_legacy_constraints
 from autotune.space import SearchSpace
 from autotune.space import cast as space_cast
@@ -35,43 +35,43 @@ log = get("autotune.search.study")
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 #: Study-level user attribute keys.
-STUDY_CONFIG = "autotune_config"
-STUDY_BASELINE = "baseline_enqueued"
-STUDY_BUDGET = "budget"
+STUDY_CONFIG = records.STUDY_CONFIG
+STUDY_BASELINE = records.STUDY_BASELINE
+STUDY_BUDGET = records.STUDY_BUDGET
 
 #: Trial-level user attribute keys that a reused result copies from the trial measured.
 _COPIED = (
-    "levels",
-    "max_running_requests",
-    "max_total_num_tokens",
-    "accept_length",
-    "failure",
-    "reason",
-    "workload",
-    "server_version",
-    "draft_acceptance",
-    "value_ci",
-    "uncertain_levels",
-    "constraints_judged",
-    "feasible_p",
-    "close_constraints",
-    "pruned",
-    "predicted_max_running_requests",
-    "predicted_interval",
-    "deployed",
-    "rates",
-    "rates_s",
-    "max_rate_meeting_slo",
+    records.LEVELS,
+    records.MAX_RUNNING_REQUESTS,
+    records.MAX_TOTAL_NUM_TOKENS,
+    records.ACCEPT_LENGTH,
+    records.FAILURE,
+    records.REASON,
+    records.WORKLOAD,
+    records.SERVER_VERSION,
+    records.DRAFT_ACCEPTANCE,
+    records.VALUE_CI,
+    records.UNCERTAIN_LEVELS,
+    records.CONSTRAINTS_JUDGED,
+    records.FEASIBLE_P,
+    records.CLOSE_CONSTRAINTS,
+    records.PRUNED,
+    records.PREDICTED_MAX_RUNNING_REQUESTS,
+    records.PREDICTED_INTERVAL,
+    records.DEPLOYED,
+    records.RATES,
+    records.RATES_S,
+    records.MAX_RATE_MEETING_SLO,
 )
 #: Prefixes of the per-level user attributes (`output_tok_s@c16`) a reused result copies.
 _PER_LEVEL = (
-    "output_tok_s@",
-    "accept_length@",
-    "ttft_p50_ms@",
-    "ttft_p99_ms@",
-    "itl_p50_ms@",
-    "ci@",
-    "goodput@",
+    records.OUTPUT_TOK_S_AT,
+    records.ACCEPT_LENGTH_AT,
+    records.TTFT_P50_MS_AT,
+    records.TTFT_P99_MS_AT,
+    records.ITL_P50_MS_AT,
+    records.CI_AT,
+    records.GOODPUT_AT,
 )
 
 
@@ -269,7 +269,7 @@ def enqueue_baseline_once(study: optuna.Study, baseline: Baseline) -> None:
         if study.user_attrs.get(STUDY_BASELINE) or study.trials:
             return
         if baseline.params is not None:
-            study.enqueue_trial(baseline.params, user_attrs={"baseline": True})
+            study.enqueue_trial(baseline.params, user_attrs={records.BASELINE: True})
         study.set_user_attr(STUDY_BASELINE, True)
 
 
@@ -278,7 +278,7 @@ def baseline_as_is_pending(study: optuna.Study, baseline: Baseline) -> bool:
     if baseline.params is not None:
         return False
     return not any(
-        t.user_attrs.get("baseline")
+        t.user_attrs.get(records.BASELINE)
         for t in study.get_trials(deepcopy=False)
         if t.state != TrialState.FAIL
     )
@@ -317,15 +317,15 @@ def propose(
             return None
         as_is = baseline_as_is_pending(study, baseline)
         trial = study.ask()
-        trial.set_user_attr("owner", owner(worker))
-        trial.set_user_attr("started_at", time.time())
+        trial.set_user_attr(records.OWNER, owner(worker))
+        trial.set_user_attr(records.STARTED_AT, time.time())
         if as_is:
             params = None
-            trial.set_user_attr("baseline", True)
+            trial.set_user_attr(records.BASELINE, True)
         else:
             params = cfg.space.decode(cfg.space.suggest(trial))
-            trial.set_user_attr("config", params)
-        return Proposal(trial, params, bool(trial.user_attrs.get("baseline")), taken + 1)
+            trial.set_user_attr(records.CONFIG, params)
+        return Proposal(trial, params, bool(trial.user_attrs.get(records.BASELINE)), taken + 1)
 
 
 def rdb(study: optuna.Study) -> RDBStorage | None:
@@ -351,8 +351,8 @@ def being_measured(study: optuna.Study, config: Mapping[str, Any], mine: int) ->
     wanted = dict(config)
     for t in running_trials(study):
         if t.number != mine and wanted in (
-            t.user_attrs.get("config"),
-            t.user_attrs.get("resolved"),
+            t.user_attrs.get(records.CONFIG),
+            t.user_attrs.get(records.RESOLVED),
         ):
             return t.number
     return None
@@ -371,15 +371,15 @@ def fail_and_requeue(
 
     FAIL trials neither count against n_trials nor teach TPE anything.
     """
-    trial.set_user_attr("failure", failure)
-    trial.set_user_attr("reason", reason[:500])
+    trial.set_user_attr(records.FAILURE, failure)
+    trial.set_user_attr(records.REASON, reason[:500])
     study.tell(trial, state=TrialState.FAIL)
     if trial.params:
         study.enqueue_trial(
             dict(trial.params),
             user_attrs={
-                "retry_of": trial.number,
-                "baseline": bool(trial.user_attrs.get("baseline")),
+                records.RETRY_OF: trial.number,
+                records.BASELINE: bool(trial.user_attrs.get(records.BASELINE)),
             },
             skip_if_exists=False,
         )
@@ -387,7 +387,7 @@ def fail_and_requeue(
 
 # -- the end of the study: finalists measured by one worker ------------------------------
 #: Study user attribute: which worker measures this budget's finalists, and when it last said so.
-FINALISTS_CLAIM = "finalists_claim"
+FINALISTS_CLAIM = records.STUDY_FINALISTS_CLAIM
 
 
 def claim_finalists(study: optuna.Study, n_trials: int, worker: str | None) -> bool:
@@ -422,7 +422,7 @@ def _same_host(claim: Mapping[str, Any]) -> bool:
 
 def claim_gone(study: optuna.Study, claim: Mapping[str, Any]) -> bool:
     """The claiming worker died: on this host by its pid, elsewhere by a silence past the grace."""
-    if _owner_gone({"owner": claim.get("owner")}):
+    if _owner_gone({records.OWNER: claim.get("owner")}):
         return True
     db = rdb(study)
     grace = db.grace_period if db is not None else None
@@ -502,7 +502,7 @@ def liveness(study: optuna.Study, cfg: Config) -> list[Liveness]:
     interval = max(1, cfg.study.heartbeat_grace // 5)  # as open_study asks the storage
     out = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        o = t.user_attrs.get("owner") or {}
+        o = t.user_attrs.get(records.OWNER) or {}
         who = o.get("worker") or f"{o.get('host', '?')}/{o.get('pid', '?')}"
         age = ages.get(t.number)
         # On its own host a worker's process is asked directly: a killed one is gone now,
@@ -534,7 +534,7 @@ def progress_record(
     def write() -> None:
         now = text()
         if now and now != last[0]:
-            trial.set_user_attr("progress", now)
+            trial.set_user_attr(records.PROGRESS, now)
             last[0] = now
 
     return Repeating(PROGRESS_EVERY_S, write, "progress record")
@@ -557,7 +557,7 @@ def _boot_id() -> str:
 
 
 def _owner_gone(attrs: Mapping[str, Any]) -> bool:
-    o = attrs.get("owner")
+    o = attrs.get(records.OWNER)
     if not isinstance(o, dict) or o.get("host") != socket.gethostname():
         return False  # another host's trial: only its own daemon (or a heartbeat) may judge it
     if o.get("boot_id") != _boot_id():
@@ -592,17 +592,21 @@ def recover_stale(study: optuna.Study) -> list[int]:
         tid = optuna_private.trial_id(t)
         if not (_owner_gone(t.user_attrs) or tid in stale_ids):
             continue
-        optuna_private.storage(study).set_trial_user_attr(tid, "failure", "daemon_died")
-        who = (t.user_attrs.get("owner") or {}).get("worker")
+        optuna_private.storage(study).set_trial_user_attr(tid, records.FAILURE, "daemon_died")
+        who = (t.user_attrs.get(records.OWNER) or {}).get("worker")
         reason = "its worker stopped beating" if tid in stale_ids else "its process died"
         optuna_private.storage(study).set_trial_user_attr(
-            tid, "reason", f"{reason}{f' ({who})' if who else ''}"
+            tid, records.REASON, f"{reason}{f' ({who})' if who else ''}"
         )
         study.tell(t.number, state=TrialState.FAIL)
-        if not t.user_attrs.get("retry_of") and t.params:
+        # A retry of trial 0 has retry_of 0: retried once, like any other.
+        if t.user_attrs.get(records.RETRY_OF) is None and t.params:
             study.enqueue_trial(
                 dict(t.params),
-                user_attrs={"retry_of": t.number, "baseline": bool(t.user_attrs.get("baseline"))},
+                user_attrs={
+                    records.RETRY_OF: t.number,
+                    records.BASELINE: bool(t.user_attrs.get(records.BASELINE)),
+                },
                 skip_if_exists=False,
             )
         recovered.append(t.number)
@@ -617,10 +621,10 @@ def find_measured(study: optuna.Study, config: Mapping[str, Any]) -> int | None:
     a pruned one counts: it is known not to win."""
     wanted = dict(config)
     for t in study.get_trials(deepcopy=False, states=FINISHED):
-        if t.user_attrs.get("reused_from") is not None:
+        if t.user_attrs.get(records.REUSED_FROM) is not None:
             continue
         # A proposal the server once adjusted will be adjusted the same way again.
-        if wanted in (t.user_attrs.get("resolved"), t.user_attrs.get("config")):
+        if wanted in (t.user_attrs.get(records.RESOLVED), t.user_attrs.get(records.CONFIG)):
             return t.number
     return None
 
@@ -633,14 +637,15 @@ def record_reuse(study: optuna.Study, trial: optuna.Trial, earlier: int) -> Froz
     for key, value in src.user_attrs.items():
         if key.startswith(_PER_LEVEL):
             trial.set_user_attr(key, value)
-    trial.set_user_attr("reused_from", earlier)
-    trial.set_user_attr("resolved", src.user_attrs.get("resolved", src.user_attrs.get("config")))
+    trial.set_user_attr(records.REUSED_FROM, earlier)
+    resolved = src.user_attrs.get(records.RESOLVED, src.user_attrs.get(records.CONFIG))
+    trial.set_user_attr(records.RESOLVED, resolved)
     # The named constraints only: `src.constraints` also lists the dashboard's copy as "0", "1", ...
     constraints = keyed_constraints(src)
     for key, value in constraints.items():
         trial.set_constraint(key, value)
     write_legacy_constraints(study, optuna_private.trial_id(trial), constraints)
-    trial.set_user_attr("feasible", all(v <= 0 for v in constraints.values()))
+    trial.set_user_attr(records.FEASIBLE, all(v <= 0 for v in constraints.values()))
     if src.state == TrialState.PRUNED:
         return _tell_pruned(study, trial)
     return study.tell(trial, list(src.values or []))
@@ -673,7 +678,7 @@ def record_pruned(
 
 def _tell_pruned(study: optuna.Study, trial: optuna.Trial) -> FrozenTrial:
     db = optuna_private.storage(study)
-    verdict = db.get_trial(optuna_private.trial_id(trial)).user_attrs.get("pruned") or {}
+    verdict = db.get_trial(optuna_private.trial_id(trial)).user_attrs.get(records.PRUNED) or {}
     if isinstance(verdict.get("estimate"), (int, float)):
         trial.report(float(verdict["estimate"]), step=len(verdict.get("after_levels") or []))
     return study.tell(trial, state=TrialState.PRUNED)
@@ -685,7 +690,7 @@ def is_feasible(t: FrozenTrial) -> bool:
 
 
 #: Study user attribute: the trial the GP's posterior mean ranks first (see update_model_best).
-MODEL_BEST = "model_best"
+MODEL_BEST = records.STUDY_MODEL_BEST
 
 
 def performance_target(cfg: Config) -> perf.Target | None:
@@ -720,7 +725,7 @@ def update_model_best(
 def baseline_trial(study: optuna.Study) -> FrozenTrial | None:
     """The unit as it was, measured and feasible: what every gain is counted against."""
     for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get("baseline") and t.user_attrs.get("reused_from") is None:
+        if t.user_attrs.get(records.BASELINE) and t.user_attrs.get(records.REUSED_FROM) is None:
             return t if is_feasible(t) else None
     return None
 
@@ -730,7 +735,7 @@ def chosen_by(study: optuna.Study, t: FrozenTrial) -> str:
     if len(study.directions) != 1:
         return "not dominated (Pareto front)"
     attrs = study.user_attrs
-    if (attrs.get("finalists") or {}).get("declared_best") == t.number:
+    if (attrs.get(records.STUDY_FINALISTS) or {}).get("declared_best") == t.number:
         return "best after the finalists were measured again (judged on every measurement)"
     if attrs.get(MODEL_BEST) == t.number:
         return "best by the model of every measurement"
@@ -748,7 +753,7 @@ def best_trials(study: optuna.Study) -> list[FrozenTrial]:
         return []
     if len(study.directions) == 1:
         attrs = study.user_attrs
-        declared = (attrs.get("finalists") or {}).get("declared_best")
+        declared = (attrs.get(records.STUDY_FINALISTS) or {}).get("declared_best")
         validated = [t for t in feasible if t.number == declared]
         if validated:  # the judge's pick after the finalists were measured again
             return validated
@@ -797,7 +802,7 @@ def forget(
         recover_stale(study)
         live = running_trials(study)
         if live:
-            who = (live[0].user_attrs.get("owner") or {}).get("host", "?")
+            who = (live[0].user_attrs.get(records.OWNER) or {}).get("host", "?")
             raise AutotuneError(
                 f"the study is running (trial {live[0].number} on {who}): stop its workers "
                 "(Ctrl-C, or systemctl stop) before forgetting trials"
@@ -811,7 +816,7 @@ def forget(
             if t.state in FINISHED:
                 continue
             was = "forgotten already" if forgotten(t) else t.state.name
-            failure = t.user_attrs.get("failure")
+            failure = t.user_attrs.get(records.FAILURE)
             said = f"{was} ({failure})" if failure and not forgotten(t) else was
             raise AutotuneError(
                 f"trial {n} is {said}: only a finished trial (COMPLETE or PRUNED) has a result "
@@ -820,9 +825,9 @@ def forget(
         chosen = set(numbers)
         if kind is not None or failed_since is not None:
             for t in trials.values():
-                if t.state not in FINISHED or "failure" not in t.user_attrs:
+                if t.state not in FINISHED or records.FAILURE not in t.user_attrs:
                     continue
-                if kind is not None and t.user_attrs.get("failure") != kind:
+                if kind is not None and t.user_attrs.get(records.FAILURE) != kind:
                     continue
                 done = t.datetime_complete
                 if failed_since is not None and (done is None or done < failed_since):
@@ -831,7 +836,7 @@ def forget(
         chosen |= {
             t.number
             for t in trials.values()
-            if t.state in FINISHED and t.user_attrs.get("reused_from") in chosen
+            if t.state in FINISHED and t.user_attrs.get(records.REUSED_FROM) in chosen
         }
         when = time.time()
         for n in sorted(chosen):
@@ -841,13 +846,16 @@ def forget(
                 "why": why,
                 "was": t.state.name,
                 "values": t.values,
-                "failure": t.user_attrs.get("failure"),
+                records.FAILURE: t.user_attrs.get(records.FAILURE),
             }
             optuna_private.forget_trial(study, t, record)
-            if t.params and t.user_attrs.get("reused_from") is None:
+            if t.params and t.user_attrs.get(records.REUSED_FROM) is None:
                 study.enqueue_trial(
                     dict(t.params),
-                    user_attrs={"retry_of": n, "baseline": bool(t.user_attrs.get("baseline"))},
+                    user_attrs={
+                        records.RETRY_OF: n,
+                        records.BASELINE: bool(t.user_attrs.get(records.BASELINE)),
+                    },
                     skip_if_exists=False,
                 )
         return sorted(chosen)
@@ -855,5 +863,5 @@ def forget(
 
 def forgotten(t: FrozenTrial) -> dict[str, Any] | None:
     """The `forgotten` record of a trial `autotune forget` took back, else None."""
-    record = t.user_attrs.get("forgotten")
+    record = t.user_attrs.get(records.FORGOTTEN)
     return record if isinstance(record, dict) else None

@@ -35,7 +35,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.search import capacity, perf
+from autotune.search import capacity, perf, records
 from autotune.search.objective import MIN_RUNNING_REQUESTS, SERVER_UP
 from autotune.space import SearchSpace
 
@@ -57,7 +57,7 @@ STARTUP_DRAWS = 8
 #: Failure kinds after which a config with at least as much of every memory knob fails too.
 MEMORY_FAILURES = ("out_of_memory", "capacity")
 #: The user attribute a pruned trial keeps its verdict in (`autotune/search/pruning.py`).
-PRUNED = "pruned"
+PRUNED = records.PRUNED
 #: How far log throughput may stray from the performance model's prediction before data
 #: say otherwise: what the residual GP learns is what the physics misses.
 RESIDUAL_PRIOR_SD = 0.1
@@ -171,7 +171,7 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
         free = np.array([k not in seen for k in self._keys])
         if self._memory.shape[1]:
             for t in done:
-                if t.user_attrs.get("failure") in MEMORY_FAILURES:
+                if t.user_attrs.get(records.FAILURE) in MEMORY_FAILURES:
                     ran_out = _memory_knobs(self._space, config_of(t))
                     free &= ~np.all(self._memory >= ran_out, axis=1)
         return np.flatnonzero(free)
@@ -343,7 +343,8 @@ def point_sd(trials: Sequence[FrozenTrial]) -> list[float]:
         if isinstance(pruned, dict):
             out.append(float(pruned.get("log_sd") or 0.0))
             continue
-        ci = t.user_attrs.get("value_ci") if t.user_attrs.get("uncertain_levels") else None
+        uncertain = t.user_attrs.get(records.UNCERTAIN_LEVELS)
+        ci = t.user_attrs.get(records.VALUE_CI) if uncertain else None
         out.append(float(ci) / 1.96 if isinstance(ci, (int, float)) and ci > 0 else 0.0)
     return out
 
@@ -354,7 +355,7 @@ def _feasible(t: FrozenTrial) -> bool:
 
 def config_of(t: FrozenTrial) -> dict[str, Any]:
     """The config a trial ran: as the server resolved it, else as proposed."""
-    return dict(t.user_attrs.get("resolved") or t.user_attrs.get("config") or {})
+    return dict(t.user_attrs.get(records.RESOLVED) or t.user_attrs.get(records.CONFIG) or {})
 
 
 def measured(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
@@ -367,7 +368,7 @@ def measured(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
             t.state == TrialState.COMPLETE
             or (t.state == TrialState.PRUNED and isinstance(t.user_attrs.get(PRUNED), dict))
         )
-        and t.user_attrs.get("reused_from") is None
+        and t.user_attrs.get(records.REUSED_FROM) is None
         and config_of(t)
     ]
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 from optuna.trial import FrozenTrial
 
-from autotune.search import capacity
+from autotune.search import capacity, records
 from autotune.space import SearchSpace
 
 from .acceptance import Acceptance, Seen, reach_from_histogram
@@ -49,8 +49,8 @@ MISFIT = 0.08
 #: Relative error of a capacity-limited batch when only its rule bounds are known.
 _CAPACITY_SD = 0.05
 #: The trial user attribute the sampler writes its prediction to, and the study's.
-PREDICTED = "predicted"
-STATUS = "performance_model"
+PREDICTED = records.PREDICTED
+STATUS = records.STUDY_PERFORMANCE_MODEL
 
 
 @dataclass(frozen=True)
@@ -300,10 +300,10 @@ def deployments(
     for t in sorted(measured(trials), key=lambda t: t.number):
         config = config_of(t)
         shape = space.shape(config)
-        rows = t.user_attrs.get("levels")
+        rows = t.user_attrs.get(records.LEVELS)
         if shape is None or not isinstance(rows, list) or not rows:
             continue
-        running = t.user_attrs.get("max_running_requests")
+        running = t.user_attrs.get(records.MAX_RUNNING_REQUESTS)
         value = value_of(t)
         complete = all(c in {r.get("concurrency") for r in rows} for c in target.scored)
         out.append(
