@@ -99,3 +99,64 @@ def test_engine_facts_stay_in_engines() -> None:
             if pattern.search(line):
                 found.append(f"{rel}:{number}: {line.strip()}")
     assert not found, found
+
+
+def _module_edges() -> dict[str, dict[str, str]]:
+    """module -> {module it imports: where}, every import counted: at the top, inside a
+    function, under `TYPE_CHECKING`. `from autotune.search import gp` names the module
+    `autotune.search.gp`; `from autotune.search.gp import GP` the module that holds it
+    when it is one, else the package."""
+    modules: dict[str, Path] = {}
+    for path in ROOT.rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+
+    def owner(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    out: dict[str, dict[str, str]] = defaultdict(dict)
+    for here, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
+                    for _ in range(node.level - 1):
+                        package = package.rpartition(".")[0]
+                    base = f"{package}.{base}" if base else package
+                names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base
+                         for a in node.names]  # fmt: skip
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                target = owner(name) if name.startswith("autotune") else None
+                if target is not None and target != here:
+                    out[here].setdefault(target, f"{path.name}:{node.lineno}")
+    return out
+
+
+def test_no_module_imports_itself_back() -> None:
+    """No cycle between modules either (issue 49: search/capacity -> gp -> gp/sampler ->
+    capacity, and run/trial <-> run/rates under TYPE_CHECKING, are cut): what one module
+    needs of another it imports, never the other way round as well."""
+    edges = _module_edges()
+    done: set[str] = set()
+
+    def visit(m: str, path: list[str]) -> None:
+        if m in path:
+            cycle = [*path[path.index(m) :], m]
+            steps = [edges[a][b] for a, b in itertools.pairwise(cycle)]
+            raise AssertionError(f"import cycle {' -> '.join(cycle)}: {steps}")
+        if m in done:
+            return
+        for n in edges.get(m, {}):
+            visit(n, [*path, m])
+        done.add(m)
+
+    for m in list(edges):
+        visit(m, [])
+    assert len(edges) > 50  # the walk saw the package

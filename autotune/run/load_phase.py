@@ -14,16 +14,16 @@ from autotune import log as alog
 from autotune.bench.phase import PhaseResult, PhaseSettings, TierSwitch, judge, ramp, run_phase
 from autotune.engines.base import ServerInfo
 from autotune.log import get
+from autotune.run.measuring import Measuring
 
 if TYPE_CHECKING:
     from autotune.bench.deck import PromptDeck
-    from autotune.run.trial import TrialPipeline
 
 log = get("autotune.run.load_phase")
 
 
 def measure_phase(
-    p: TrialPipeline, info: ServerInfo, deck: PromptDeck, fixed: dict[int, float]
+    p: Measuring, info: ServerInfo, deck: PromptDeck, fixed: dict[int, float]
 ) -> PhaseResult:
     b = p.cfg.benchmark
     settings = PhaseSettings(

@@ -20,18 +20,18 @@ from autotune.bench.arrivals import Trace
 from autotune.bench.open_loop import RateResult, RateSettings, Slo, goodput_summary, run_rate
 from autotune.engines.base import ServerInfo
 from autotune.log import get
+from autotune.run.measuring import Measuring
 from autotune.search import records
 from autotune.search.objective import highest_meeting
 
 if TYPE_CHECKING:
     from autotune.bench.deck import PromptDeck
-    from autotune.run.trial import TrialPipeline
 
 log = get("autotune.run.rates")
 
 
 def measure_rates(
-    p: TrialPipeline, info: ServerInfo, deck: PromptDeck, check_alive: Callable[[], None]
+    p: Measuring, info: ServerInfo, deck: PromptDeck, check_alive: Callable[[], None]
 ) -> list[RateResult]:
     """`check_alive` raises `ServerFailed` when the server died under a rate."""
     b, o = p.cfg.benchmark, p.cfg.objective
@@ -64,7 +64,7 @@ def measure_rates(
 
 
 def _one(
-    p: TrialPipeline,
+    p: Measuring,
     info: ServerInfo,
     deck: PromptDeck,
     rate: float,

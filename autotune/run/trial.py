@@ -37,6 +37,7 @@ from autotune.errors import (
 )
 from autotune.log import get
 from autotune.run.load_phase import measure_phase
+from autotune.run.measuring import Measuring
 from autotune.run.rates import measure_rates, rate_attrs
 from autotune.run.stopping import StopRequest
 from autotune.search import objective, records
@@ -205,10 +206,10 @@ class TrialPipeline:
         try:
             measured_levels, verdict = self._benchmark(info, plan or LevelPlan(levels), deck)
             if verdict is None and self.cfg.benchmark.request_rate:
-                rates = measure_rates(self, info, deck, self._check_alive)
+                rates = measure_rates(self._measuring(), info, deck, self._check_alive)
             if verdict is None and self.load_phase:
                 fixed = {c: r.output_throughput for c, r in measured_levels.items()}
-                phase = measure_phase(self, info, deck, fixed)
+                phase = measure_phase(self._measuring(), info, deck, fixed)
                 self._check_alive()
                 attrs[records.LOAD_PHASE] = phase.to_dict()
         except ServerFailed as failed:
@@ -268,6 +269,13 @@ class TrialPipeline:
         return result
 
     # -- stages ------------------------------------------------------------------
+    def _measuring(self) -> Measuring:
+        """What the rates and the changing-load phase need of this trial."""
+        return Measuring(
+            self.cfg, self.url, self.api_key, self.engine, self.deployer, self.workload,
+            self.stop, self.trace,
+        )  # fmt: skip
+
     def wait_ready(self, *, interruptible: bool = True) -> None:
         """Until the engine's ready path answers 200; fail fast when the process dies; time out.
 

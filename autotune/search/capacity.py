@@ -38,7 +38,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.config import Config
-from autotune.search import gp, objective, records
+from autotune.search import objective, records
 from autotune.space import SearchSpace
 
 FAILURE = "capacity_predicted"
@@ -129,9 +129,9 @@ def observations(
     assert e is not None
     others = {n: v for n, v in config.items() if n not in e.names}
     out = []
-    for t in gp.measured(trials):
+    for t in records.measured(trials):
         running = t.user_attrs.get(records.MAX_RUNNING_REQUESTS)
-        ran = gp.config_of(t)
+        ran = records.config_of(t)
         if not isinstance(running, int) or t.user_attrs.get(records.DEPLOYED) is False:
             continue
         if any(ran.get(n) != v for n, v in others.items()):

@@ -71,11 +71,11 @@ baseline {trial, values}), `finalists_claim`, `model_best` (int), `performance_m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 # -- trial keys -----------------------------------------------------------------------------
 CONFIG = "config"
@@ -220,6 +220,37 @@ class TrialRecord:
             progress=_str(a.get(PROGRESS)),
             rates=[r for r in a.get(RATES) or () if isinstance(r, dict)],
         )
+
+
+# -- readers the sampler, the pruner, the capacity model and the report share --------------
+def config_of(t: FrozenTrial) -> dict[str, Any]:
+    """The config a trial ran: as the server resolved it, else as proposed."""
+    return dict(t.user_attrs.get(RESOLVED) or t.user_attrs.get(CONFIG) or {})
+
+
+def measured(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
+    """Trials that ran a config: complete ones, and pruned ones with their estimate (copies
+    of an earlier result excluded)."""
+    return [
+        t
+        for t in trials
+        if (
+            t.state == TrialState.COMPLETE
+            or (t.state == TrialState.PRUNED and isinstance(t.user_attrs.get(PRUNED), dict))
+        )
+        and t.user_attrs.get(REUSED_FROM) is None
+        and config_of(t)
+    ]
+
+
+def value_of(t: FrozenTrial) -> float | None:
+    """The single objective value the model learns from: a complete trial's value; for a
+    pruned one, the estimate from the levels it measured (autotune/search/pruning.py)."""
+    if t.state == TrialState.PRUNED:
+        pruned = t.user_attrs.get(PRUNED)
+        estimate = pruned.get("estimate") if isinstance(pruned, dict) else None
+        return float(estimate) if isinstance(estimate, (int, float)) else None
+    return float(t.values[0]) if t.values and len(t.values) == 1 else None
 
 
 def _int(value: Any) -> int | None:

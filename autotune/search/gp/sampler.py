@@ -37,6 +37,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune.search import capacity, perf, records
 from autotune.search.objective import MIN_RUNNING_REQUESTS, SERVER_UP
+from autotune.search.records import config_of, measured, value_of
 from autotune.space import SearchSpace
 
 from .features import features
@@ -351,36 +352,6 @@ def point_sd(trials: Sequence[FrozenTrial]) -> list[float]:
 
 def _feasible(t: FrozenTrial) -> bool:
     return all(v <= 0 for v in t.constraints.values())
-
-
-def config_of(t: FrozenTrial) -> dict[str, Any]:
-    """The config a trial ran: as the server resolved it, else as proposed."""
-    return dict(t.user_attrs.get(records.RESOLVED) or t.user_attrs.get(records.CONFIG) or {})
-
-
-def measured(trials: Sequence[FrozenTrial]) -> list[FrozenTrial]:
-    """Trials that ran a config: complete ones, and pruned ones with their estimate (copies
-    of an earlier result excluded)."""
-    return [
-        t
-        for t in trials
-        if (
-            t.state == TrialState.COMPLETE
-            or (t.state == TrialState.PRUNED and isinstance(t.user_attrs.get(PRUNED), dict))
-        )
-        and t.user_attrs.get(records.REUSED_FROM) is None
-        and config_of(t)
-    ]
-
-
-def value_of(t: FrozenTrial) -> float | None:
-    """The single objective value the model learns from: a complete trial's value; for a
-    pruned one, the estimate from the levels it measured (autotune/search/pruning.py)."""
-    if t.state == TrialState.PRUNED:
-        pruned = t.user_attrs.get(PRUNED)
-        estimate = pruned.get("estimate") if isinstance(pruned, dict) else None
-        return float(estimate) if isinstance(estimate, (int, float)) else None
-    return float(t.values[0]) if t.values and len(t.values) == 1 else None
 
 
 def _placeable(space: SearchSpace, config: dict[str, Any]) -> bool:

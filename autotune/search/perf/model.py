@@ -35,6 +35,7 @@ import numpy as np
 from optuna.trial import FrozenTrial
 
 from autotune.search import capacity, records
+from autotune.search.records import config_of, measured, value_of
 from autotune.space import SearchSpace
 
 from .acceptance import Acceptance, Seen, reach_from_histogram
@@ -217,8 +218,6 @@ def build(
 
     The sampler and the declared best ask for the same trials in turn: the last answer is
     kept."""
-    from autotune.search.gp.sampler import measured
-
     key = (id(space), target, tuple((t.number, t.datetime_complete) for t in measured(trials)))
     if _last[0] != key:
         _last[:] = [key, _build(space, target, trials)]
@@ -294,7 +293,6 @@ def deployments(
     space: SearchSpace, target: Target, trials: Sequence[FrozenTrial]
 ) -> list[Deployed]:
     """Measured trials with a draft shape and levels, in the order they ran."""
-    from autotune.search.gp.sampler import config_of, measured, value_of
 
     out = []
     for t in sorted(measured(trials), key=lambda t: t.number):
