@@ -110,3 +110,10 @@ def _literal_key_uses() -> list[str]:
 
 def test_no_module_but_records_spells_a_trial_key() -> None:
     assert _literal_key_uses() == []
+
+
+def test_the_architecture_page_shows_the_schema() -> None:
+    page = (REPO / "docs" / "architecture.md").read_text()
+    section = page.split("## The trial record", 1)[1]
+    shown = [line.split("`")[1] for line in section.splitlines() if line.startswith("| `")]
+    assert shown == _schema_rows()
