@@ -92,6 +92,7 @@ def night(cfg: Config, unit_text: str | None = None) -> Night:
     size = cfg.space.size() if cfg.space.enumerable() else None
     deployments = min(cfg.study.n_trials, size) if size is not None else cfg.study.n_trials
     runs = finalists.runs_expected(cfg)
+    runs += 1 if runs else 0  # the unit as it was beside them: nothing tells it is one
     engine = get_engine(cfg.target.engine)
     argv = _argv(cfg, unit_text)
     load = engine.load_seconds(argv) if argv else None

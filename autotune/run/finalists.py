@@ -81,19 +81,38 @@ def pending(cfg: Config, study: optuna.Study) -> bool:
 def expected_runs(cfg: Config, study: optuna.Study) -> int:
     """Finalist deployments still to come, for time estimates: the stage usually stops after
     about two rounds (bench/sample_efficiency.py: 6 runs for 3 finalists on average), and
-    the unit as it was is measured once beside them."""
+    the unit as it was is measured once beside them when it is not among the best so far
+    (a finalist itself, as on the demo, it needs no run of its own)."""
     if not pending(cfg, study):
         return 0
-    return runs_expected(cfg)
+    return runs_expected(cfg) + _baseline_run_expected(cfg, study)
 
 
 def runs_expected(cfg: Config) -> int:
-    """The finalist stage's deployments before anything is known: two rounds and the
-    baseline's run (none when the stage is off)."""
+    """The finalist stage's deployments before anything is known: two rounds (none when
+    the stage is off)."""
     b = cfg.benchmark
     if b.finalists < 2 or b.finalist_rounds < 1:
         return 0
-    return b.finalists * min(b.finalist_rounds, 2) + 1
+    return b.finalists * min(b.finalist_rounds, 2)
+
+
+def _baseline_run_expected(cfg: Config, study: optuna.Study) -> int:
+    """1 when the unit as it was is measured and not among the best `finalists` configs by
+    value so far (the finalists are likelier to be those than anything else), or when too
+    few configs were measured to tell."""
+    base = st.baseline_trial(study)
+    if base is None or not runs_expected(cfg):
+        return 0
+    by_config: dict[Any, float] = {}
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        if st.is_feasible(t) and t.values and len(t.values) == 1:
+            k = deployments.key(t)
+            by_config[k] = max(by_config.get(k, 0.0), float(t.values[0]))
+    if len(by_config) <= cfg.benchmark.finalists:
+        return 1  # too few configs measured to tell: charged, not hoped away
+    top = sorted(by_config, key=lambda k: -by_config[k])[: cfg.benchmark.finalists]
+    return 0 if deployments.key(base) in top else 1
 
 
 def expected_phase_s(cfg: Config, study: optuna.Study) -> float:
