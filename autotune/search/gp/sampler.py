@@ -208,11 +208,13 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
             acq = np.ones(len(pool))
         floor = self._target.floor if self._target is not None else None
         if model is not None and floor is not None and model.capacity_points:
-            # The engine's memory rule, not a GP, says which configs run enough requests.
+            # The engine's memory rule, not a GP, says which configs run enough requests:
+            # from the deployments that differ from each config in its reservation alone.
             chance = [
-                capacity.chance_reaches(model.capacity_points, m, floor)
+                capacity.chance_reaches(points, m, floor)
                 if (m := self._space.memory_tokens(c)) is not None
-                else None
+                and (points := model.points_for(c))
+                else 1.0  # nothing deployed at its other knobs: no evidence to bar it
                 for c in configs
             ]
             if all(p is not None for p in chance):

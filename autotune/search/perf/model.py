@@ -112,7 +112,8 @@ class PerfModel:
     capacity_points: tuple[tuple[float, int], ...]
     deployed: tuple[Deployed, ...]
     _cache: dict[Any, Prediction] = field(default_factory=dict, compare=False, repr=False)
-    """Predictions by (draft shape, tokens reserved): all a prediction depends on."""
+    """Predictions by draft shape, tokens reserved and every other knob (a memory knob such
+    as `mem_fraction_static` moves the pool): all a prediction depends on."""
 
     # -- fitting ---------------------------------------------------------------------
     @classmethod
@@ -149,31 +150,48 @@ class PerfModel:
         return cls(space, target, acceptance, cost, points, tuple(deployed))
 
     # -- predicting --------------------------------------------------------------------
+    def points_for(self, config: Mapping[str, Any]) -> tuple[tuple[float, int], ...]:
+        """(tokens reserved, max_running_requests) of the deployments that differ from
+        `config` only in the knobs the reservation depends on: the memory rule relates
+        those alone. A deployment at another `mem_fraction_static` (or any other knob) had
+        another pool, and says nothing of this config's."""
+        names = self.space.memory_per_request.names if self.space.memory_per_request else set()
+        rest = {k: v for k, v in config.items() if k not in names}
+        return tuple(
+            (d.memory, d.running)
+            for d in self.deployed
+            if d.memory is not None
+            and d.running
+            and all(d.config.get(k) == v for k, v in rest.items())
+        )
+
     def running(self, config: Mapping[str, Any]) -> tuple[float | None, float]:
         """Predicted max_running_requests (None: unknown) and its relative sd."""
         m = self.space.memory_tokens(config)
-        if m is None or not self.capacity_points:
+        points = self.points_for(config)
+        if m is None or not points:
             return None, 0.0
-        same = [r for pm, r in self.capacity_points if pm == m]
+        same = [r for pm, r in points if pm == m]
         if same:
             return float(np.mean(same)), 0.0
-        b = capacity.rule_bounds(self.capacity_points, m)
+        b = capacity.rule_bounds(points, m)
         if b is not None and math.isfinite(b[1]) and b[0] > 0:
             low, high = b
             # Uniform in 1 / running between the bounds: its middle.
             return 2.0 / (1.0 / low + 1.0 / high), (high - low) / (high + low)
-        p = capacity.fit(self.capacity_points, m)
+        p = capacity.fit(points, m)
         if p is not None and math.isfinite(p.high):
             return p.max_running_requests, max(_CAPACITY_SD, (p.high - p.low) / (4 * p.high))
         # Nearest deployed reservation: the rule says fewer requests for more tokens.
-        pm, r = min(self.capacity_points, key=lambda x: abs(x[0] - m))
+        pm, r = min(points, key=lambda x: abs(x[0] - m))
         return float(r) * (pm / m if m > pm else 1.0), 0.3
 
     def predict(self, config: Mapping[str, Any]) -> Prediction | None:
         shape = self.space.shape(config)
         if shape is None:
             return None
-        key = (shape, self.space.memory_tokens(config))
+        others = tuple(sorted((k, str(v)) for k, v in config.items()))
+        key = (shape, self.space.memory_tokens(config), others)
         if key not in self._cache:
             self._cache[key] = self._predict(config, shape)
         return self._cache[key]

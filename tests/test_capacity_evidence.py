@@ -1,0 +1,61 @@
+"""Issue 50, finding 1: capacity evidence comes only from configs that differ in the knobs
+the reservation depends on. A deployment that fell short of the floor at a low
+`mem_fraction_static` had a smaller pool; it says nothing of a config at a higher one."""
+
+from __future__ import annotations
+
+import yaml
+
+from autotune.search import capacity
+from autotune.search.perf.model import Deployed, PerfModel, Target
+from autotune.space import space_from_dict
+from tests.e2e import REPO
+
+
+def _space():  # type: ignore[no-untyped-def]
+    data = yaml.safe_load((REPO / "search_spaces" / "sglang-eagle.yaml").read_text())
+    data["params"]["mem_fraction_static"] = {
+        "flag": "--mem-fraction-static",
+        "type": "float",
+        "choices": [0.7, 0.9],
+    }
+    return space_from_dict(data, "eagle-with-memory.yaml")
+
+
+def _deployed(number: int, steps: int, topk: int, draft: int, mem: float, running: int):  # type: ignore[no-untyped-def]
+    space = _space()
+    config = {
+        "speculative_num_steps": steps,
+        "speculative_eagle_topk": topk,
+        "speculative_num_draft_tokens": draft,
+        "mem_fraction_static": mem,
+    }
+    levels = tuple(
+        {"concurrency": c, "output_throughput": 100.0 * c**0.5, "accept_length": 1.0 + steps * 0.4}
+        for c in (1, 16)
+    )
+    return Deployed(
+        number, config, (steps, topk, draft), running, space.memory_tokens(config), levels, None
+    )
+
+
+def test_a_shortfall_at_a_smaller_pool_does_not_bar_a_config_at_a_larger_one() -> None:
+    space = _space()
+    target = Target(levels=(1, 16), mode="geomean", floor=16)
+    # Both at mem 0.7: the chain ran 18 at once, the tree 3 (short of 16).
+    deployed = [_deployed(0, 3, 1, 4, 0.7, 18), _deployed(1, 3, 4, 8, 0.7, 3)]
+    model = PerfModel.fit(space, target, deployed)
+    assert isinstance(model, PerfModel)
+    tree_high = {**deployed[1].config, "mem_fraction_static": 0.9}
+    tree_low = dict(deployed[1].config)
+    m = space.memory_tokens(tree_high)
+    assert m is not None
+    # Before: every deployment was evidence, and the tree at 0.7 barred the tree at 0.9.
+    assert capacity.chance_reaches(model.capacity_points, m, 16) == 0.0
+    # Now: nothing was deployed at 0.9, so nothing bars it; at 0.7 the shortfall still does.
+    assert model.points_for(tree_high) == ()
+    assert model.running(tree_high) == (None, 0.0)
+    assert capacity.chance_reaches(model.points_for(tree_low), m, 16) == 0.0
+    # And the prediction of each is its own, not the other's from the cache.
+    low, high = model.predict(tree_low), model.predict(tree_high)
+    assert low is not None and high is not None and low.running == 3.0 and high.running is None
