@@ -82,6 +82,10 @@ class Acceptance:
     omega: float
     trees_seen: int
     chains_seen: int
+    chain_depths: tuple[int, ...] = ()
+    """Depths of the chains deployed: where a mean accept length pins the curve."""
+    shapes: tuple[tuple[int, int, int], ...] = ()
+    """(steps, topk, draft) of every speculating deployment."""
 
     @classmethod
     def fit(cls, seen: Sequence[Seen]) -> Acceptance | None:
@@ -93,7 +97,11 @@ class Acceptance:
         chains = [s for s in drafting if s.chain]
         trees = [s for s in drafting if not s.chain]
         curve = _fit_curve(chains or drafting, measured)
-        model = cls(measured, counted, curve, OMEGA_PRIOR, len(trees), len(chains))
+        model = cls(
+            measured, counted, curve, OMEGA_PRIOR, len(trees), len(chains),
+            tuple(sorted({s.depth for s in chains})),
+            tuple(sorted({(s.steps, s.topk, s.draft) for s in drafting})),
+        )  # fmt: skip
         if trees:
             model = _fit_omega(model, trees)
         return model
@@ -126,11 +134,19 @@ class Acceptance:
         return tree_length(alphas, topk, min(draft - 1, steps * topk) - depth, self.omega)
 
     def relative_sd(self, steps: int, topk: int, draft: int) -> float:
-        """How well the prediction is known, relative to it."""
+        """How well the prediction is known, relative to it: measured positions to their
+        counts; past them, or away from the depths deployed when the server gave only a
+        mean (a deployed chain's mean is measured; a depth none ran is extrapolated, one
+        position per step of distance from the nearest that did)."""
         depth = max(0, min(steps, draft - 1))
-        extrapolated = max(0, depth - len(self.measured_reach)) if self.measured_reach else depth
-        if not self.measured_reach and self.chains_seen:
-            extrapolated = max(0, extrapolated - 1)  # a mean pins one sum
+        if self.measured_reach:
+            extrapolated = max(0, depth - len(self.measured_reach))
+        elif (steps, topk, draft) in self.shapes or depth in self.chain_depths:
+            extrapolated = 0
+        elif self.chain_depths:
+            extrapolated = max(1, min(abs(depth - d) for d in self.chain_depths))
+        else:
+            extrapolated = depth
         sd = math.hypot(SD_MEASURED, self._sampling_sd(depth)) + SD_PER_EXTRAPOLATED * extrapolated
         if topk > 1 and draft - 1 > depth:
             sd += SD_TREE_FITTED if self.trees_seen else SD_TREE_PRIOR

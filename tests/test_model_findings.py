@@ -1,12 +1,18 @@
-"""Issue 50, finding 1: capacity evidence comes only from configs that differ in the knobs
-the reservation depends on. A deployment that fell short of the floor at a low
-`mem_fraction_static` had a smaller pool; it says nothing of a config at a higher one."""
+"""Issue 50: where the performance model was wrong on a real server, found by reading it.
+
+1. Capacity evidence comes only from configs that differ in the knobs the reservation
+   depends on: a deployment that fell short of the floor at a low `mem_fraction_static` had
+   a smaller pool; it says nothing of a config at a higher one.
+2. The acceptance sd grows with the distance from what was deployed: on an endpoint that
+   gives only a mean accept length, the deployed chain is the one known best.
+"""
 
 from __future__ import annotations
 
 import yaml
 
 from autotune.search import capacity
+from autotune.search.perf.acceptance import SD_MEASURED, Acceptance, Seen
 from autotune.search.perf.model import Deployed, PerfModel, Target
 from autotune.space import space_from_dict
 from tests.e2e import REPO
@@ -59,3 +65,19 @@ def test_a_shortfall_at_a_smaller_pool_does_not_bar_a_config_at_a_larger_one() -
     # And the prediction of each is its own, not the other's from the cache.
     low, high = model.predict(tree_low), model.predict(tree_high)
     assert low is not None and high is not None and low.running == 3.0 and high.running is None
+
+
+def test_the_deployed_chain_is_known_best_and_a_depth_none_ran_is_not() -> None:
+    """After a (3, 1, 4) baseline on the chat endpoint (a mean accept length, no
+    per-position counts), the deployed depth-3 chain got sd 9 % (its real error 0.07 %) and
+    a never-deployed depth-1 chain sd 1 % (its real error -4.5 %)."""
+    model = Acceptance.fit([Seen(3, 1, 4, 2.6)])
+    assert model is not None and not model.measured_reach
+    deployed, shallower, deeper = (
+        model.relative_sd(3, 1, 4),
+        model.relative_sd(1, 1, 2),
+        model.relative_sd(5, 1, 6),
+    )
+    assert deployed == SD_MEASURED
+    assert shallower > 5 * deployed and deeper > 5 * deployed
+    assert model.relative_sd(2, 1, 3) < shallower  # one position away, not two
