@@ -5,18 +5,15 @@
    a smaller pool; it says nothing of a config at a higher one.
 2. The acceptance sd grows with the distance from what was deployed: on an endpoint that
    gives only a mean accept length, the deployed chain is the one known best.
-3. Leave-one-out holds out whole shapes, and a miss within the measurement's own interval
-   is no misfit.
 """
 
 from __future__ import annotations
 
-import pytest
 import yaml
 
 from autotune.search import capacity
 from autotune.search.perf.acceptance import SD_MEASURED, Acceptance, Seen
-from autotune.search.perf.model import Deployed, PerfModel, Target, held_out, value_sd
+from autotune.search.perf.model import Deployed, PerfModel, Target
 from autotune.space import space_from_dict
 from tests.e2e import REPO
 
@@ -84,19 +81,3 @@ def test_the_deployed_chain_is_known_best_and_a_depth_none_ran_is_not() -> None:
     assert deployed == SD_MEASURED
     assert shallower > 5 * deployed and deeper > 5 * deployed
     assert model.relative_sd(2, 1, 3) < shallower  # one position away, not two
-
-
-def test_leave_one_out_leaves_the_whole_shape_out_and_forgives_the_measurements_noise() -> None:
-    deployed = [
-        _deployed(0, 3, 1, 4, 0.7, 18),
-        _deployed(1, 2, 1, 3, 0.7, 18),
-        _deployed(2, 3, 1, 4, 0.9, 20),  # the same shape deployed again
-    ]
-    # Predicting deployment 2: its twin of shape (3, 1, 4) is left out with it.
-    assert [d.number for d in held_out(deployed, 2)] == [1]
-    # Its levels' 95 % half-widths of 2 % (1.96 sd each): a geometric mean of two levels
-    # knows its log value to sqrt(2) * 0.02 / 1.96 / 2.
-    rows = tuple({**r, "ci_halfwidth": 0.02} for r in deployed[2].levels)
-    noisy = Deployed(2, deployed[2].config, (3, 1, 4), 20, 4.0, rows, None)
-    target = Target(levels=(1, 16), mode="geomean", floor=16)
-    assert value_sd(noisy, target) == pytest.approx(2**0.5 * 0.02 / 1.96 / 2)

@@ -16,10 +16,8 @@ seconds delivers
 The objective's value (a level, or the geometric mean over levels) follows;
 each part carries its own uncertainty. The model is checked before it is
 trusted: once MIN_CHECKED deployments were measured, each of the latest
-CHECKED is predicted from the deployments of other draft shapes (its whole
-shape left out, so that a wrong extrapolation to shapes the model steered away
-from shows), its miss counted beyond its own measurement's 95 % interval, and
-a root-mean-square miss above MISFIT turns it off -- the sampler then runs as before (a GP
+CHECKED is predicted from the others (leave one out), and a root-mean-square
+error above MISFIT turns it off -- the sampler then runs as before (a GP
 from scratch) and the study's record says why. It is off from the start
 where its physics does not hold: a space without `draft_shape` (n-gram
 drafting, adaptive speculation), the Pareto objective, or deployments whose
@@ -291,44 +289,19 @@ def describe(status: Mapping[str, Any]) -> str:
     return text
 
 
-def held_out(deployed: Sequence[Deployed], i: int) -> list[Deployed]:
-    """The deployments the model is refitted on to predict deployment `i`: every one of
-    another draft shape. Holding out `i` alone leaves its shape's other deployments in (the
-    configs the model steered to, deployed again), so the check could not see a wrong
-    extrapolation to a shape it avoided."""
-    return [d for d in deployed if d.shape != deployed[i].shape]
-
-
-def value_sd(d: Deployed, target: Target) -> float:
-    """The sd of a deployment's log value from its levels' own 95 % half-widths (a geometric
-    mean: their variances summed over n squared)."""
-    cis = [
-        float(r.get("ci_halfwidth") or 0.0)
-        for r in d.levels
-        if r.get("concurrency") in target.scored
-    ]
-    if not cis:
-        return 0.0
-    return math.sqrt(sum((c / 1.96) ** 2 for c in cis)) / len(cis)
-
-
 def loo_error(space: SearchSpace, target: Target, deployed: Sequence[Deployed]) -> float | None:
-    """RMS of how far each of the latest deployments lies from the model fitted without its
-    shape, beyond its own measurement's 95 % interval; None before MIN_CHECKED."""
     scored = [i for i, d in enumerate(deployed) if d.log_value is not None]
     if len(scored) < MIN_CHECKED:
         return None
     errors = []
     for i in scored[-CHECKED:]:
-        d, rest = deployed[i], held_out(deployed, i)
+        d, rest = deployed[i], [*deployed[:i], *deployed[i + 1 :]]
         model = PerfModel.fit(space, target, rest)
         if isinstance(model, str):
             continue
         p = model.predict(d.config)
         if p is not None and d.log_value is not None:
-            # What the measurement itself cannot tell apart is no misfit of the model.
-            miss = abs(p.log_value - d.log_value) - 1.96 * value_sd(d, target)
-            errors.append(max(0.0, miss))
+            errors.append(p.log_value - d.log_value)
     if len(errors) < MIN_CHECKED - 1:
         return None
     return float(np.sqrt(np.mean(np.square(errors))))
