@@ -5,6 +5,7 @@
    a smaller pool; it says nothing of a config at a higher one.
 2. The acceptance sd grows with the distance from what was deployed: on an endpoint that
    gives only a mean accept length, the deployed chain is the one known best.
+3. Leave-one-out holds out whole shapes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import yaml
 
 from autotune.search import capacity
 from autotune.search.perf.acceptance import SD_MEASURED, Acceptance, Seen
-from autotune.search.perf.model import Deployed, PerfModel, Target
+from autotune.search.perf.model import Deployed, PerfModel, Target, held_out
 from autotune.space import space_from_dict
 from tests.e2e import REPO
 
@@ -81,3 +82,15 @@ def test_the_deployed_chain_is_known_best_and_a_depth_none_ran_is_not() -> None:
     assert deployed == SD_MEASURED
     assert shallower > 5 * deployed and deeper > 5 * deployed
     assert model.relative_sd(2, 1, 3) < shallower  # one position away, not two
+
+
+def test_leave_one_out_leaves_the_whole_shape_out() -> None:
+    """The configs the model steered to, deployed again, vouched for their own shape: the
+    check could not see a wrong extrapolation to a shape it avoided."""
+    deployed = [
+        _deployed(0, 3, 1, 4, 0.7, 18),
+        _deployed(1, 2, 1, 3, 0.7, 18),
+        _deployed(2, 3, 1, 4, 0.9, 20),  # the same shape deployed again
+    ]
+    assert [d.number for d in held_out(deployed, 2)] == [1]
+    assert [d.number for d in held_out(deployed, 1)] == [0, 2]

@@ -16,8 +16,10 @@ seconds delivers
 The objective's value (a level, or the geometric mean over levels) follows;
 each part carries its own uncertainty. The model is checked before it is
 trusted: once MIN_CHECKED deployments were measured, each of the latest
-CHECKED is predicted from the others (leave one out), and a root-mean-square
-error above MISFIT turns it off -- the sampler then runs as before (a GP
+CHECKED is predicted from the deployments of other draft shapes (its whole
+shape left out: the configs the model steered to, deployed again, do not
+vouch for it), and a root-mean-square error above MISFIT turns it off -- the
+sampler then runs as before (a GP
 from scratch) and the study's record says why. It is off from the start
 where its physics does not hold: a space without `draft_shape` (n-gram
 drafting, adaptive speculation), the Pareto objective, or deployments whose
@@ -289,13 +291,21 @@ def describe(status: Mapping[str, Any]) -> str:
     return text
 
 
+def held_out(deployed: Sequence[Deployed], i: int) -> list[Deployed]:
+    """The deployments the model is refitted on to predict deployment `i`: every one of
+    another draft shape. Holding out `i` alone leaves its shape's other deployments in (the
+    configs the model steered to, deployed again), so the check could not see a wrong
+    extrapolation to a shape it avoided."""
+    return [d for d in deployed if d.shape != deployed[i].shape]
+
+
 def loo_error(space: SearchSpace, target: Target, deployed: Sequence[Deployed]) -> float | None:
     scored = [i for i, d in enumerate(deployed) if d.log_value is not None]
     if len(scored) < MIN_CHECKED:
         return None
     errors = []
     for i in scored[-CHECKED:]:
-        d, rest = deployed[i], [*deployed[:i], *deployed[i + 1 :]]
+        d, rest = deployed[i], held_out(deployed, i)
         model = PerfModel.fit(space, target, rest)
         if isinstance(model, str):
             continue
