@@ -578,7 +578,8 @@ def _metric_lines(metrics: dict[str, Any]) -> list[str]:
     if acc:
         done.add("accept_length")  # the levels' own, above
     for key, value in metrics.items():
-        if key in done or key == "value_ci" or value in (None, [], {}, ""):
+        # The value's interval and its worth over deployments are in the headline already.
+        if key in done or key in ("value_ci", "over_deployments") or value in (None, [], {}, ""):
             continue
         if key == "uncertain_levels":
             lines.append("uncertain at c=" + ",".join(str(c) for c in value))

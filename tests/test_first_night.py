@@ -60,6 +60,7 @@ def test_start_n_trials_is_the_studys_total_until_another_is_given(tmp_path: Pat
     assert " tok/s (geomean of output tok/s over c=1)" in head, best
     assert "over the unit as it was (trial 0: " in head or "the unit as it was is the best" in head
     assert "output tok/s: c=1 " in best and "None" not in best and "[]" not in best, best
+    assert "over deployments:" not in best and "spread: " in best  # said once, in words
 
 
 def test_a_killed_worker_on_this_host_shows_as_stale_at_once_and_its_server_as_left(
