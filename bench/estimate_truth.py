@@ -34,7 +34,7 @@ def _stamp(line: dict) -> float:
     return datetime.fromisoformat(line["timestamp"].replace("Z", "+00:00")).timestamp()
 
 
-def run(name: str, argv: list[str], cwd: Path) -> dict[str, Any]:
+def run(name: str, argv: list[str], cwd: Path, config: Path) -> dict[str, Any]:
     started = time.time()
     proc = subprocess.run(
         [*AUTOTUNE, *argv], cwd=cwd, capture_output=True, text=True, env={**os.environ}
@@ -69,6 +69,7 @@ def run(name: str, argv: list[str], cwd: Path) -> dict[str, Any]:
             for x in said
         ],
         "trials": _trial_costs(cwd),
+        "cut_share": _cut_share(config, cwd),
         # The finalists are measured again after the trials, outside any trial's time.
         "finalist_runs_at_s": [
             round(_stamp(x) - started) for x in lines if x.get("event") == "finalist"
@@ -112,6 +113,27 @@ def _trial_costs(folder: Path) -> list[dict[str, object]]:
     return out
 
 
+def _cut_share(config: Path, folder: Path) -> float | None:
+    """What the estimate's prior took after the first trial: the share of the space the
+    performance model, fitted to that trial alone, expected to end early (`run/eta.py`)."""
+    import optuna
+
+    sys.path.insert(0, str(REPO))
+    from autotune.config import load_config
+    from autotune.run import eta
+
+    cfg = load_config(config)
+    for db in sorted(folder.glob("*.db")):
+        url = f"sqlite:///{db}"
+        for summary in optuna.get_all_study_summaries(url):
+            study = optuna.load_study(study_name=summary.study_name, storage=url)
+            first = optuna.create_study(directions=study.directions)
+            first.add_trial(study.trials[0])
+            share = eta.cut_share(cfg, first)
+            return None if share is None else round(share, 4)
+    return None
+
+
 def _kept(row: dict[str, Any]) -> dict[str, Any]:
     """Appended to the raw file as soon as the study ends (a later one may be killed)."""
     stamp = datetime.now().isoformat(timespec="seconds")
@@ -143,13 +165,15 @@ def main() -> int:
             if args.only in (None, "demo"):
                 demo = Path(tmp) / "demo"
                 demo.mkdir()
-                _kept(run("demo (examples/demo.yaml)", ["start", "--demo"], demo))
+                name = "demo (examples/demo.yaml)"
+                _kept(run(name, ["start", "--demo"], demo, REPO / "examples" / "demo.yaml"))
             if args.only in (None, "llama"):
                 config = REPO / "examples" / "llamacpp-local.yaml"
                 db = f"sqlite:///{tmp}/llama.db"
                 try:
                     name = "llama-server (examples/llamacpp-local.yaml)"
-                    _kept(run(name, ["start", "--config", str(config), "--storage", db], Path(tmp)))
+                    argv = ["start", "--config", str(config), "--storage", db]
+                    _kept(run(name, argv, Path(tmp), config))
                 finally:
                     _stop_the_winner(8091)  # on_finish: apply-best leaves it serving
     out = REPO / "bench" / "results" / "estimate_truth.md"

@@ -8,6 +8,7 @@ first trial allows is held against the time the night then really took.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -88,6 +89,18 @@ def _trial(t: dict[str, Any], start: datetime) -> optuna.trial.FrozenTrial:
     )
 
 
+def _cut_share(name: str, night: dict[str, Any]) -> float | None:
+    """What the performance model expected the pruner and the capacity gate to stop, after the
+    night's first trial (`run/eta.cut_share`, kept by bench/estimate_truth.py since it was
+    written). The nights before carry none: the demo's are the same command with the same
+    seed and the same first trial (the unit's EAGLE 3, 1, 4), so they take the latest demo
+    night's; the llama-server's space has no draft shape to model (even odds)."""
+    if "cut_share" in night:
+        return night["cut_share"]
+    kept = [n["cut_share"] for n in _all_nights()[name] if "cut_share" in n]
+    return kept[-1] if kept else None
+
+
 def _first_estimate(name: str, night: dict[str, Any]) -> float:
     first = night["trials"][0]
     if "accept_length" not in first and name == "demo":
@@ -104,6 +117,7 @@ def _first_estimate(name: str, night: dict[str, Any]) -> float:
         bench_bound_s=s["bound"],
         warmup=4,
         cut_s=s["cut_s"],
+        cut_share=_cut_share(name, night),
     )
     assert e is not None
     return e.left_s
@@ -269,3 +283,41 @@ def test_once_the_pruner_may_cut_a_trial_is_charged_with_even_odds_that_move() -
     e = estimate.of(study, 8, **kw)
     assert e is not None
     assert e.left_s == pytest.approx(3 * (4 * 12.0 + 3.0) / 5)
+
+
+# -- what the model expects the pruner to cut ----------------------------------------------
+
+
+def test_the_share_of_the_first_trials_cut_follows_the_model_of_the_landscape() -> None:
+    """After the simulated Qwen's baseline (EAGLE 3, 1, 4) the model sees a space most of
+    whose 427 configs are far below the best or short of the floor, as the demo's nights
+    found (after the pruner's warm-up, 7 of 8 trials ended early on the median night);
+    with the model off there is nothing to say."""
+    from autotune.run import eta
+    from bench.efficiency.cells import Cell
+    from tests.modelled import run_study
+
+    cell = Cell("sglang-eagle", "qwen3.5-122b-a10b-mtp", "natural", "geomean")
+    study, server = run_study(cell, 1, seed=3)
+    cfg = server.land.cfg
+    share = eta.cut_share(cfg, study)
+    assert share is not None and 0.8 < share <= 1.0, share
+    off = dataclasses.replace(cfg, study=dataclasses.replace(cfg.study, performance_model=False))
+    assert eta.cut_share(off, study) is None
+    unpruned = dataclasses.replace(cfg, study=dataclasses.replace(cfg.study, prune=False))
+    assert eta.cut_share(unpruned, study) is None
+
+
+@pytest.mark.parametrize("share", [0.0, 0.25, 1.0])
+def test_the_prior_splits_its_two_trials_by_the_share(share: float) -> None:
+    study = optuna.create_study()
+    at = T0
+    for number in range(4):
+        t = {"number": number, "state": "COMPLETE", "wall_s": 12.0, "startup_s": 1.0,
+             "windows_s": [8.0], "accept_length": 2.0, "failure": None}  # fmt: skip
+        study.add_trial(_trial(t, at))
+        at += timedelta(seconds=12.0)
+    e = estimate.of(study, 6, live=False, warmup=4, cut_s=1.0, cut_share=share)
+    assert e is not None
+    cut = 4.0 + 1.0  # the overhead outside the windows, and the first level's shortest window
+    assert e.left_s == pytest.approx(2 * ((1 - share) * 12.0 + share * cut))

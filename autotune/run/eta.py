@@ -9,8 +9,10 @@ paused, not ending.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import NormalDist
 
 import optuna
 
@@ -19,7 +21,7 @@ from autotune.config import Config
 from autotune.engines import get_engine
 from autotune.errors import ConfigError
 from autotune.run import finalists
-from autotune.search import estimate, pruning
+from autotune.search import estimate, perf, pruning
 from autotune.search import study as st
 from autotune.unit import unitfile
 
@@ -38,7 +40,46 @@ def of(cfg: Config, study: optuna.Study, *, live: bool | None = None) -> estimat
         bench_bound_s=bench_bound_s(cfg),
         warmup=pruning.warmup(cfg),
         cut_s=cfg.benchmark.min_duration,
+        cut_share=cut_share(cfg, study),
     )
+
+
+def cut_share(cfg: Config, study: optuna.Study) -> float | None:
+    """The share of the space's configs a trial of which would end early, as the
+    performance model fitted to the study so far sees the landscape: predicted short of the
+    floor (the capacity gate skips it), or predicted so far below the best that a verdict
+    with every level measured would stop it (`search/pruning.py`'s test at its narrowest).
+    Each config counts its chance under the model's sd. None without a model (pruning off,
+    no model for this space, a baseline that drafts nothing): the estimate then takes even
+    odds. The sampler steers away from the worst configs, so this share leans high; the
+    estimate weighs it as two trials, which the trials seen soon outweigh."""
+    if pruning.warmup(cfg) is None:
+        return None
+    target = st.performance_target(cfg)
+    model, _ = perf.build(cfg.space, target, study.get_trials(deepcopy=False))
+    if model is None or target is None:
+        return None
+    predicted = [model.predict(c.params) for c in cfg.space.enumerate() if c.valid]
+    shown = [p for p in predicted if p is not None]
+    if not shown:
+        return None
+    floor = target.floor or 0
+
+    def short(p: perf.Prediction) -> bool:
+        return p.running is not None and p.running < floor
+
+    reaching = [p.log_value for p in shown if not short(p)]
+    if not reaching:
+        return 1.0
+    n = len(target.scored)
+    narrowest = math.sqrt(
+        ((n * pruning.START_SD) ** 2 + n * pruning.WINDOW_SD**2) / n**2 + pruning.INCUMBENT_SD**2
+    )
+    bar = max(reaching) - NormalDist().inv_cdf(1.0 - pruning.PRUNE_BELOW) * narrowest
+    chances = [
+        1.0 if short(p) else NormalDist().cdf((bar - p.log_value) / max(p.sd, 1e-6)) for p in shown
+    ]
+    return sum(chances) / len(chances)
 
 
 def bench_bound_s(cfg: Config) -> float:

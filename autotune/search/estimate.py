@@ -9,11 +9,14 @@ charged what the study measured it to cost on this hardware:
   predicted short and never deployed); a mean, not a median, because what is asked is a
   sum;
 - a trial to come once the pruner may cut: the mean of the trials since then, counted with
-  two trials of a prior, one measured whole and one cut at the earliest (its load and
-  overhead plus `cut_s`, the first level's shortest window). Which share of configs the
-  pruner will stop after a level depends on the landscape (half the demo's, none of the
-  real llama-server's recorded nights, bench/results/estimate_truth.md), and the first
-  trial cannot tell: the rule of succession, even odds that move with every trial seen;
+  two trials of a prior, split between one measured whole and one cut at the earliest (its
+  load and overhead plus `cut_s`, the first level's shortest window). Which share of the
+  configs to come end early depends on the landscape (nearly all of the demo's, none of
+  the real llama-server's recorded nights, bench/results/estimate_truth.md). Where the
+  performance model predicts the landscape, `cut_share` is the share of the space it
+  expects the pruner or the capacity gate to stop (`run/eta.cut_share`); where it cannot
+  (no model, or a baseline that drafts nothing), even odds: the rule of succession, odds
+  that move with every trial seen;
 - a finalist run: the mean of the trials measured on every level (a finalist is never
   cut short), plus its changing-load phase (`extra_s`);
 - the unit as it is (the baseline) when it drafts nothing is no sample of the configs to
@@ -41,6 +44,8 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.search import records
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+#: Trials' worth of weight the prior on what the pruner cuts carries against those seen.
+PRIOR_TRIALS = 2
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,7 @@ def of(
     bench_bound_s: float | None = None,
     warmup: int | None = None,
     cut_s: float = 0.0,
+    cut_share: float | None = None,
 ) -> Estimate | None:
     """None until a trial that deployed a server has finished. `extra_s`: seconds of work
     to come that no trial's duration shows (the finalists' changing-load phases).
@@ -89,10 +95,11 @@ def of(
     deployment may take (every level at its maximum window, twice with a CI target), what
     a drafting config is charged before one was measured. `warmup`: trials measured on
     every level before the pruner may cut one (None: it never does); `cut_s`: the
-    benchmark seconds of a trial cut at the earliest."""
+    benchmark seconds of a trial cut at the earliest; `cut_share`: the prior's share of
+    trials that end early (None: even odds)."""
     now = time.time() if now is None else now
     trials = study.get_trials(deepcopy=False)
-    costs = _costs(trials, bench_bound_s, warmup, cut_s)
+    costs = _costs(trials, bench_bound_s, warmup, cut_s, cut_share)
     if costs is None:
         return None
     finished = sum(t.state in FINISHED for t in trials)
@@ -130,7 +137,11 @@ class _Costs:
 
 
 def _costs(
-    trials: list[FrozenTrial], bench_bound_s: float | None, warmup: int | None, cut_s: float
+    trials: list[FrozenTrial],
+    bench_bound_s: float | None,
+    warmup: int | None,
+    cut_s: float,
+    cut_share: float | None = None,
 ) -> _Costs | None:
     """The module's rule; None before a trial that deployed a server has ended on its own."""
     ended = sorted(
@@ -155,8 +166,9 @@ def _costs(
     measured_whole = sum(_measured_whole(t) for t in ended)
     sampled = {t.number for t in samples}
     since = [t for t in _after_warmup(ended, warmup) if t.number in sampled]
-    prior = (whole, overhead + cut_s)
-    after = statistics.fmean([*(_seconds(t) or 0.0 for t in since), *prior])
+    share = 0.5 if cut_share is None else min(1.0, max(0.0, cut_share))
+    prior = PRIOR_TRIALS * ((1.0 - share) * whole + share * (overhead + cut_s))
+    after = (sum(_seconds(t) or 0.0 for t in since) + prior) / (len(since) + PRIOR_TRIALS)
     return _Costs(mean, max(0, warmup - measured_whole), after, whole)
 
 
