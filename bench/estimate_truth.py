@@ -209,6 +209,16 @@ def _report() -> str:
                 f"| {r['study']} | {r['total_s']:.0f} s | {r['first_said_s']:.0f} s | "
                 f"{r['predicted_left_s']:.0f} s | {r['real_left_s']:.0f} s | {err:+.0%} |"
             )
+        for study in dict.fromkeys(r["study"] for r in runs):
+            same = [r for r in runs if r["study"] == study]
+            if len(same) > 1:
+                said = sum(float(r["predicted_left_s"]) for r in same) / len(same)
+                real = sum(float(r["real_left_s"]) for r in same) / len(same)
+                total = sum(float(r["total_s"]) for r in same) / len(same)
+                text.append(
+                    f"| mean of these {len(same)} nights: {study} | {total:.0f} s | | "
+                    f"{said:.0f} s | {real:.0f} s | {said / real - 1:+.0%} |"
+                )
         text += ["", "The first estimate each study printed:", ""]
         text += [f"- {r['study']}: `{r['sentence']}`" for r in runs]
     return "\n".join(text) + "\n"
@@ -235,10 +245,19 @@ estimate charges what the pruner may make of a trial: nothing is cut until 4 tri
 measured on every level (`search/pruning.MIN_TRIALS`), so those are whole; after that, a
 trial to come costs the mean of the trials since then, counted with a prior of two trials,
 one whole and one cut at its first window (its load and overhead plus `min_duration`): the
-rule of succession, even odds that move with every trial seen. The first trial cannot tell
-how much the pruner will cut (half of the demo's trials, none of the llama-server's), so the
-even odds are a compromise between the two, not a fit to either; the night before the study
-uses the same odds.
+rule of succession, even odds that move with every trial seen. The first trial could not
+tell how much the pruner will cut, so the even odds were a compromise between the two
+engines: the demo stayed long, +31 % against its mean night, because after the pruner's
+warm-up 7 of its 8 trials end early (5 pruned at their first window, 2-3 short of the
+floor at 0-1.3 s each), not one in two.
+
+Since 5eac6ad the prior's two trials are split by what the performance model, fitted to the
+first trial alone, sees of the landscape (`run/eta.cut_share`): the share of the space's
+configs predicted short of the floor, or so far below the predicted best that a verdict
+with every level measured would stop them (each counted with its chance under the model's
+sd). After the demo's baseline that share is 0.99 (most of the 427 configs are deep trees
+far below the best, or short of the floor); the llama-server's space has no draft shape to
+model, so it keeps even odds. The night before the study has no model yet and keeps them too.
 
 A night of the same command is not one length (the demo's 119 to 227 s after its first
 trial, one finalist round or four), so the estimate, an expectation, is graded against the
