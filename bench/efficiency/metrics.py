@@ -32,6 +32,10 @@ class Stats:
     good_pruned: int  # over every study: pruned configs worth TARGET
     optimum_pruned: int  # over every study: the optimum pruned
     gpu_h_by_seed: dict[int, float] = field(default_factory=dict)  # to the target, per seed
+    model_on: float = 0.0  # share of deployments after the baseline the model steered
+    loo_rms: float | None = None  # median of the studies' last leave-one-out error
+    lost_good: int = 0  # over every study: configs worth TARGET skipped or barred unmeasured
+    lost: int = 0  # over every study: configs skipped or barred unmeasured
 
 
 def trials_to_target(trace: Trace, target: float = TARGET, *, found: bool = False) -> float:
@@ -67,6 +71,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 def summarise(traces: Sequence[Trace], budget: int) -> Stats:
     t98 = [trials_to_target(t) for t in traces]
     spent = [t.infeasible[:budget] for t in traces]
+    steered = [t.model_on for t in traces]
     return Stats(
         runs=len(traces),
         t98_median=percentile(t98, 0.5),
@@ -91,4 +96,12 @@ def summarise(traces: Sequence[Trace], budget: int) -> Stats:
         good_pruned=sum(t.good_pruned for t in traces),
         optimum_pruned=sum(t.optimum_pruned for t in traces),
         gpu_h_by_seed={t.seed: gpu_hours_to_target(t) for t in traces},
+        model_on=sum(map(sum, steered)) / max(1, sum(map(len, steered))),
+        loo_rms=_median([t.loo_rms for t in traces if t.loo_rms is not None]),
+        lost_good=sum(r >= TARGET - 1e-12 for t in traces for r in t.lost),
+        lost=sum(len(t.lost) for t in traces),
     )
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return percentile(values, 0.5) if values else None

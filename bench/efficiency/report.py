@@ -285,12 +285,17 @@ def performance_model(
         "deployments on configs that turned out refused or infeasible; wrongly skipped: "
         "feasible configs the predictions ruled out without deploying them (all seeds); "
         "worse seeds: seeds on which the default needed more GPU time than today "
-        f"(a cell counts as worse when at least {WORSE_SHARE:.0%} of them did).",
+        f"(a cell counts as worse when at least {WORSE_SHARE:.0%} of them did); model on: "
+        "share of the default's deployments after the baseline that the model steered, and "
+        "the median of its last leave-one-out RMS error; lost: configs the default never "
+        "measured because a prediction skipped them or barred them at the study's end, "
+        "over all seeds (worth 98 % of the optimum / all).",
         "",
         "| cell | today: median / p90 | default: median / p90 | reached: today / default "
         "| infeasible: today / default | GPU-h: today | GPU-h: default | default / today "
-        "| applied@30: today / default | wrongly skipped | worse seeds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| applied@30: today / default | wrongly skipped | worse seeds | model on (LOO) "
+        "| lost >=98 % / all |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ratios, worse = [], []
     for cell, old, new in pairs:
@@ -307,7 +312,9 @@ def performance_model(
             f"| {100 * old.infeasible:.0f} % / {100 * new.infeasible:.0f} % "
             f"| {_h(old.gpu_h_median)} | {_h(new.gpu_h_median)} | {ratio:.2f} "
             f"| {100 * old.applied[-1]:.0f} % / {100 * new.applied[-1]:.0f} % "
-            f"| {new.wrongly_skipped} | {slower} of {len(seeds)} |"
+            f"| {new.wrongly_skipped} | {slower} of {len(seeds)} "
+            f"| {100 * new.model_on:.0f} % ({_loo(new.loo_rms)}) "
+            f"| {new.lost_good} / {new.lost} |"
         )
     finite = [r for r in ratios if math.isfinite(r)]
     applied = min(new.applied[-1] for _, _, new in pairs)
@@ -319,7 +326,8 @@ def performance_model(
         + (f" ({', '.join(worse)})" if worse else "")
         + f"; applied@{APPLIED_AT[-1]} at least {100 * applied:.0f} % in every cell; "
         f"feasible configs ruled out by a prediction: "
-        f"{sum(new.wrongly_skipped for _, _, new in pairs)}.",
+        f"{sum(new.wrongly_skipped for _, _, new in pairs)}; configs worth 98 % of the "
+        f"optimum skipped or barred unmeasured: {sum(new.lost_good for _, _, new in pairs)}.",
     ]
     seed = next((p for p in pairs if p[0].label == SEED_CELL), None)
     if seed is not None:
@@ -340,6 +348,10 @@ def performance_model(
             )
         )
     return lines
+
+
+def _loo(rms: float | None) -> str:
+    return "-" if rms is None else f"{100 * rms:.1f} %"
 
 
 def _ratio(a: float, b: float) -> float:

@@ -11,7 +11,7 @@ import optuna
 
 from autotune.config import Config
 from autotune.run import finalists, worker
-from autotune.search import capacity, objective
+from autotune.search import capacity, objective, perf, records
 from autotune.search import study as st
 
 from .candidates import CANDIDATES, Candidate, configure
@@ -56,6 +56,14 @@ class Trace:
     """Of those, the optimum itself."""
     seed: int = -1
     """The seed (candidates are compared seed by seed: the same seed draws the same noise)."""
+    model_on: tuple[bool, ...] = ()
+    """Per deployment after the baseline: whether the performance model steered it."""
+    loo_rms: float | None = None
+    """The model's last leave-one-out error (`perf.model.loo_error`), when it had one."""
+    lost: tuple[float, ...] = ()
+    """True worth (share of the optimum) of every config the study never measured because a
+    prediction ruled it out: skipped by the capacity gate, or barred at the study's end by
+    the sampler's chance of reaching the floor (0 when infeasible)."""
 
 
 def in_memory_study(cfg: Config, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
@@ -99,6 +107,8 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
     runs: list[int] = []
     gpu_s: list[float] = []
     tally = {"skipped": 0, "wrongly_skipped": 0, "pruned": 0, "good_pruned": 0, "optimum": 0}
+    skipped: list[float] = []
+    model_on: list[bool] = []
     trials = 0
     while len(ratios) < budget and trials < budget * MAX_TRIALS_PER_DEPLOYMENT:
         if cand.only_first and not _waiting(study):
@@ -110,9 +120,13 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
         if last.user_attrs.get("failure") == capacity.FAILURE:
             tally["skipped"] += 1
             tally["wrongly_skipped"] += land.truth(st.trial_config(last)).feasible
+            skipped.append(land.ratio(st.trial_config(last)))
         if len(server.deployed) == before:
             continue  # answered from an earlier trial or predicted: nothing deployed or spent
         config = server.deployed[-1]
+        status = study.user_attrs.get(records.STUDY_PERFORMANCE_MODEL) or {}
+        if ratios:
+            model_on.append(bool(status.get("on")))
         gpu_s.append(server.gpu_seconds[-1] * server.cost.gpus + (gpu_s[-1] if gpu_s else 0.0))
         if last.state == optuna.trial.TrialState.PRUNED:
             tally["pruned"] += 1
@@ -148,7 +162,30 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
         tally["good_pruned"],
         tally["optimum"],
         seed,
+        tuple(model_on),
+        (study.user_attrs.get(records.STUDY_PERFORMANCE_MODEL) or {}).get("loo_rms"),
+        tuple(skipped) + _barred(cfg, study, land),
     )
+
+
+def _barred(cfg: Config, study: optuna.Study, land: Landscape) -> tuple[float, ...]:
+    """The true worth of each config the sampler would never propose at the study's end: no
+    chance of reaching the floor by the memory rule over the deployments (`gp/sampler.py`)."""
+    target = st.performance_target(cfg)
+    model, _ = perf.build(cfg.space, target, study.get_trials(deepcopy=False))
+    floor = target.floor if target is not None else None
+    if model is None or floor is None or not model.capacity_points:
+        return ()
+    measured = {cfg.space.key(st.trial_config(t)) for t in study.get_trials(deepcopy=False)}
+    out = []
+    for c in cfg.space.enumerate():
+        if not c.valid or cfg.space.key(c.params) in measured:
+            continue
+        m = cfg.space.memory_tokens(c.params)
+        points = model.points_for(c.params) if m is not None else ()
+        if points and capacity.chance_reaches(points, m, floor) == 0.0:
+            out.append(land.ratio(c.params))
+    return tuple(out)
 
 
 def _after_finalists(

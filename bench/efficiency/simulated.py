@@ -17,6 +17,12 @@ HTTP or sleeps:
   each from what the window would show then (`cost.Cost.ci`).
 Every deployment is charged its GPU time (`cost.py`): the model load, then
 the levels it ran, a level cut short up to min_duration.
+
+What the performance model reads of a level is what the server's counters would give
+over the window, not the simulator's expectation: the verify steps the window held
+(its output tokens over the accept length), each emitting a count drawn from the
+config's acceptance distribution; the accept length is their mean, SGLang's histogram
+their counts.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import math
 import random
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from autotune.run.trial import FindMeasured, TrialResult
 from autotune.search import objective
@@ -56,7 +64,10 @@ class SimulatedServer:
         # measurements themselves are drawn exactly as before pruning existed.
         # Seeded from the state's numbers (a hash of the state would include None's,
         # which differs from process to process).
-        self._early = random.Random(",".join(map(str, self.rng.getstate()[1][:8])))
+        state = ",".join(map(str, self.rng.getstate()[1][:8]))
+        self._early = random.Random(state)
+        # The verify steps' counts, from a stream of their own for the same reason.
+        self._counts = np.random.default_rng(random.Random(f"{state}/counts").getrandbits(64))
 
     def __call__(
         self,
@@ -141,18 +152,20 @@ class SimulatedServer:
         performance model reads: accept length, and with `benchmark.endpoint: generate`
         SGLang's histogram of accepted drafts over the window's verify steps."""
         length = float(truth["accept_length"])
+        steps = max(1, round(got["output_throughput"] * self.cost.window_s(truth) / length))
+        counts = self._counts.multinomial(steps, _normalised(truth["accept_dist"]))
+        sampled = float(sum((i + 1) * n for i, n in enumerate(counts))) / steps
         row = {
             "concurrency": truth["concurrency"],
             "output_throughput": got["output_throughput"],
-            "accept_length": round(length, 4),
+            "accept_length": round(sampled, 4),
             "ttft_ms_p99": got["ttft_p99_ms"],
             "itl_ms_p50": got["itl_p50_ms"],
         }
         # Only the native endpoint carries SGLang's per-request histogram (the client reads
         # it from `meta_info`); the OpenAI-compatible default gives the mean alone.
         if self.endpoint == "generate":
-            steps = got["output_throughput"] * self.cost.window_s(truth) / length
-            row["accept_histogram"] = [round(p * steps) for p in truth["accept_dist"]]
+            row["accept_histogram"] = [int(n) for n in counts]
         return row
 
     def _benchmark(self, truth_levels: tuple[dict[str, Any], ...]) -> dict[int, dict[str, Any]]:
@@ -183,6 +196,11 @@ class SimulatedServer:
                 "first_ci": first_ci,
             }
         return out
+
+
+def _normalised(dist: Any) -> np.ndarray:
+    p = np.clip(np.asarray(dist, dtype=float), 0.0, None)
+    return p / p.sum()
 
 
 def _result(score: objective.Score, attrs: dict[str, Any]) -> TrialResult:
