@@ -22,6 +22,7 @@ from autotune.errors import ConfigError
 from autotune.space import ENUMERABLE_LIMIT, SearchSpace, load_space, space_from_dict
 from autotune.store.storage import redact
 from autotune.store.storage import scheme as storage_scheme
+from autotune.yamlfile import Section
 
 DEPLOY_MODES = ("local-process", "local-systemd", "ssh")
 SAMPLERS = ("auto", "gp", "tpe", "random", "optuna-gp")
@@ -215,77 +216,6 @@ class Config:
         }
 
 
-# -- reading ------------------------------------------------------------------
-class _Section:
-    """A mapping being read: tracks the key path and refuses unknown keys."""
-
-    def __init__(self, file: str, path: str, data: Any):
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ConfigError(file, path, f"must be a mapping, got {_show(data)}")
-        self.file, self.path, self.data = file, path, data
-        self.used: set[str] = set()
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def error(self, name: str, problem: str) -> ConfigError:
-        return ConfigError(self.file, self.key(name), problem)
-
-    def get(self, name: str, default: Any = None) -> Any:
-        self.used.add(name)
-        return self.data.get(name, default)
-
-    def section(self, name: str) -> _Section:
-        return _Section(self.file, self.key(name), self.get(name))
-
-    def str(self, name: str, default: str | None = None, choices: tuple[str, ...] = ()) -> Any:
-        v = self.get(name, default)
-        if v is None:
-            return None
-        if not isinstance(v, str) or not v.strip():
-            raise self.error(name, f"must be a non-empty string, got {_show(v)}")
-        if choices and v not in choices:
-            raise self.error(name, f"must be one of {', '.join(choices)}; got {v!r}")
-        return v
-
-    def int(self, name: str, default: int | None, minimum: int | None = None) -> Any:
-        v = self.get(name, default)
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.error(name, f"must be a whole number, got {_show(v)}")
-        if minimum is not None and v < minimum:
-            raise self.error(name, f"must be at least {minimum}, got {v}")
-        return v
-
-    def number(self, name: str, default: float | None, minimum: float | None = None) -> Any:
-        v = self.get(name, default)
-        if v is None:
-            return None
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise self.error(name, f"must be a number, got {_show(v)}")
-        if minimum is not None and v < minimum:
-            raise self.error(name, f"must be at least {minimum}, got {v}")
-        return float(v)
-
-    def bool(self, name: str, default: bool) -> Any:
-        v = self.get(name, default)
-        if not isinstance(v, bool):
-            raise self.error(name, f"must be true or false, got {_show(v)}")
-        return v
-
-    def finish(self) -> None:
-        unknown = sorted(set(self.data) - self.used)
-        if unknown:
-            raise ConfigError(self.file, self.key(str(unknown[0])), "unknown key")
-
-
-def _show(v: Any) -> str:
-    return f"{type(v).__name__} {v!r}" if not isinstance(v, (dict, list)) else type(v).__name__
-
-
 # -- loading ------------------------------------------------------------------
 def load_config(path: str | Path | None = None, *, demo: bool = False) -> Config:
     """Load `path`, or ./autotune.yaml, or with `demo` the built-in demo (whose study lives
@@ -320,7 +250,7 @@ def load_config(path: str | Path | None = None, *, demo: bool = False) -> Config
 def config_from_dict(
     data: Any, file: str, base_dir: Path, *, storage_dir: Path | None = None
 ) -> Config:
-    top = _Section(file, "", data)
+    top = Section(file, "", data)
     workers = _workers(top, base_dir)
     target = workers[0].target if workers else _target(top.section("target"), base_dir)
     study = _study(top.section("study"), target.deploy, storage_dir or base_dir)
@@ -373,7 +303,7 @@ def _host_of(t: TargetConfig) -> str:
     return str(t.ssh.get("host", "")) if t.deploy == "ssh" else "localhost"
 
 
-def _workers(top: _Section, base_dir: Path) -> tuple[WorkerConfig, ...]:
+def _workers(top: Section, base_dir: Path) -> tuple[WorkerConfig, ...]:
     """`workers:` — each a mapping of target keys (plus `name`) laid over `target:`."""
     raw = top.get("workers")
     if raw is None:
@@ -382,18 +312,18 @@ def _workers(top: _Section, base_dir: Path) -> tuple[WorkerConfig, ...]:
         raise top.error("workers", "must be a non-empty list of target overrides (one per host)")
     base = top.get("target") or {}
     if not isinstance(base, dict):
-        raise top.error("target", f"must be a mapping, got {_show(base)}")
+        raise top.error("target", f"must be a mapping, got {yamlfile.show(base)}")
     out: list[WorkerConfig] = []
     for i, item in enumerate(raw):
         path = f"workers[{i}]"
         if not isinstance(item, dict):
             raise ConfigError(
-                top.file, path, f"must be a mapping of target keys, got {_show(item)}"
+                top.file, path, f"must be a mapping of target keys, got {yamlfile.show(item)}"
             )
         over = dict(item)
         name = over.pop("name", None)
         merged = _deep_merge(base, over)
-        target = _target(_Section(top.file, path, merged), base_dir)
+        target = _target(Section(top.file, path, merged), base_dir)
         if name is None:
             name = str(target.ssh.get("host")) if target.deploy == "ssh" else f"worker-{i + 1}"
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
@@ -441,7 +371,7 @@ def _check_sampler(
         raise ConfigError(file, "study.sampler", problem)
 
 
-def _study(s: _Section, deploy: str, base_dir: Path) -> StudyConfig:
+def _study(s: Section, deploy: str, base_dir: Path) -> StudyConfig:
     d = StudyConfig()
     raw = s.str("storage", d.storage)
     if raw.startswith("sqlite:") and not raw.startswith("sqlite:///") and raw != "sqlite://":
@@ -476,7 +406,7 @@ def _study(s: _Section, deploy: str, base_dir: Path) -> StudyConfig:
     return out
 
 
-def _target(s: _Section, base_dir: Path) -> TargetConfig:
+def _target(s: Section, base_dir: Path) -> TargetConfig:
     engine = s.str("engine", "sglang", engine_names())
     deploy = s.str("deploy", "local-process", DEPLOY_MODES)
     raw_unit_file = s.str("unit_file")
@@ -500,7 +430,7 @@ def _target(s: _Section, base_dir: Path) -> TargetConfig:
     base_url = s.str("base_url", "http://127.0.0.1:30000")
     tunnel = s.get("tunnel")
     if tunnel is not None and not isinstance(tunnel, bool):
-        raise s.error("tunnel", f"must be true or false (or left out), got {_show(tunnel)}")
+        raise s.error("tunnel", f"must be true or false (or left out), got {yamlfile.show(tunnel)}")
     if tunnel and deploy != "ssh":
         raise s.error("tunnel", f"only applies to deploy: ssh (deploy is {deploy})")
     parsed = urlparse(base_url)
@@ -549,14 +479,15 @@ def _check_deploy_settings(t: TargetConfig, file: str) -> None:
         settings.ssh_settings(t.ssh, file)
 
 
-def _space(top: _Section, base_dir: Path) -> tuple[SearchSpace, str]:
+def _space(top: Section, base_dir: Path) -> tuple[SearchSpace, str]:
     raw = top.get("search_space")
     if raw is None:
         raise top.error("search_space", "is required: a file under search_spaces/ or a mapping")
     if isinstance(raw, dict):
         return space_from_dict(raw, f"{top.file}: search_space"), "inline"
     if not isinstance(raw, str):
-        raise top.error("search_space", f"must be a file name or a mapping, got {_show(raw)}")
+        got = yamlfile.show(raw)
+        raise top.error("search_space", f"must be a file name or a mapping, got {got}")
     path = _local_path(base_dir, raw)
     if not path.exists():
         builtin = resources.search_space(raw)
@@ -566,7 +497,7 @@ def _space(top: _Section, base_dir: Path) -> tuple[SearchSpace, str]:
     return load_space(path), str(path)
 
 
-def _benchmark(s: _Section, base_dir: Path) -> BenchmarkConfig:
+def _benchmark(s: Section, base_dir: Path) -> BenchmarkConfig:
     d = BenchmarkConfig()
     levels = s.get("concurrency", list(d.concurrency))
     if isinstance(levels, int) and not isinstance(levels, bool):
@@ -618,7 +549,7 @@ def _benchmark(s: _Section, base_dir: Path) -> BenchmarkConfig:
     return out
 
 
-def _rates(s: _Section) -> tuple[float, ...]:
+def _rates(s: Section) -> tuple[float, ...]:
     raw = s.get("request_rate", [])
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         raw = [raw]
@@ -632,7 +563,7 @@ def _rates(s: _Section) -> tuple[float, ...]:
     return tuple(sorted(float(r) for r in raw))
 
 
-def _arrivals(s: _Section, base_dir: Path) -> str:
+def _arrivals(s: Section, base_dir: Path) -> str:
     from autotune.bench.arrivals import TraceError, load_trace
 
     raw = s.str("arrivals", "poisson")
@@ -646,7 +577,7 @@ def _arrivals(s: _Section, base_dir: Path) -> str:
     return str(path)
 
 
-def _objective(s: _Section, bench: BenchmarkConfig) -> ObjectiveConfig:
+def _objective(s: Section, bench: BenchmarkConfig) -> ObjectiveConfig:
     mode = s.str("mode", "geomean", OBJECTIVE_MODES)
     level = s.int("level", None, minimum=1)
     if mode == "single":
@@ -685,7 +616,7 @@ def _objective(s: _Section, bench: BenchmarkConfig) -> ObjectiveConfig:
     return ObjectiveConfig(mode=mode, level=level, constraints=constraints, rate=rate, slo=slo)
 
 
-def _slo(s: _Section, constraints: ConstraintsConfig) -> SloConfig:
+def _slo(s: Section, constraints: ConstraintsConfig) -> SloConfig:
     """Without its own targets a request is held to the constraints' latency limits."""
     if not s.data:
         return SloConfig(constraints.max_ttft_p99_ms, constraints.max_itl_p50_ms)
@@ -701,7 +632,7 @@ def _slo(s: _Section, constraints: ConstraintsConfig) -> SloConfig:
     return out
 
 
-def _share(s: _Section, name: str, default: float) -> float | None:
+def _share(s: Section, name: str, default: float) -> float | None:
     v = s.get(name, default)
     if v is None:
         return None

@@ -132,7 +132,7 @@ def setup(level: str | int = "INFO", json: bool | None = None) -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module="optuna")
     # set_metric_names and friends are stable enough for autotune's use.
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    # autotune records heartbeats itself around each trial (study.heartbeat).
+    # autotune records heartbeats itself around each trial (search/workers.heartbeat).
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
 
 

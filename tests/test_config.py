@@ -346,7 +346,7 @@ def test_remote_example_config_loads() -> None:
 
 
 def test_daemon_service_example_is_a_valid_unit() -> None:
-    from autotune.unit.unitfile import verify_unit
+    from autotune.unit.verify import verify_unit
 
     text = (REPO / "examples" / "autotune.service").read_text()
     assert verify_unit(text, "autotune.service", check_executables=False) == []

@@ -15,7 +15,7 @@ import pytest
 from autotune.errors import ConfigError
 from autotune.search.study import baseline_of
 from autotune.space import load_space, space_from_dict
-from autotune.unit import reach, unitfile
+from autotune.unit import reach, unitfile, verify
 
 REPO = Path(__file__).resolve().parent.parent
 NGRAM = REPO / "search_spaces" / "vllm-ngram.yaml"
@@ -44,7 +44,7 @@ def test_the_fields_compose_one_json_value_in_the_unit() -> None:
     assert value is not None and json.loads(value) == config
     # As vLLM's docs write it: single quotes around the JSON, one word for systemd.
     assert '--speculative-config \'{"method": "ngram"' in patched
-    assert unitfile.verify_unit(patched, "vllm.service", check_executables=False) == []
+    assert verify.verify_unit(patched, "vllm.service", check_executables=False) == []
 
 
 def test_a_field_that_does_not_apply_is_not_in_the_json() -> None:

@@ -10,7 +10,7 @@ import pytest
 from autotune.errors import ConfigError
 from autotune.space import space_from_dict
 from autotune.unit import unitenv
-from autotune.unit.unitfile import verify_unit
+from autotune.unit.verify import verify_unit
 
 UNIT = """[Unit]
 Description=SGLang

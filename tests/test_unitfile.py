@@ -18,8 +18,8 @@ from autotune.unit.unitfile import (
     patch_unit,
     quote_word,
     service_values,
-    verify_unit,
 )
+from autotune.unit.verify import verify_unit
 
 UNITS = Path(__file__).parent / "data" / "units"
 HAVE_ANALYZE = shutil.which("systemd-analyze") is not None

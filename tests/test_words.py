@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from autotune.cli import _short
-from autotune.run.trial import _pm
+from autotune.commands.status import short as _short
+from autotune.run.level_log import pm as _pm
 
 
 def test_a_waiting_trials_fraction_is_shown_to_three_digits() -> None:

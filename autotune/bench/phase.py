@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from itertools import pairwise
 from time import perf_counter
@@ -210,56 +211,7 @@ class _Phase:
 
         chunks = sorted((at(t), n) for r in ok for t, n in zip(r.times, r.counts, strict=True))
         gaps = [(at(b) - at(a), at(b)) for r in ended for a, b in pairwise(r.times)]
-        # Per token: a chunk of n tokens after a gap g is n latencies of g / n, chunks without
-        # tokens skipped (as RequestRecord.itl_samples), each placed at its chunk's arrival.
-        itls: list[tuple[float, float]] = []
-        for r in ok:
-            prev = None
-            for t, n in zip(r.times, r.counts, strict=True):
-                if n <= 0:
-                    continue
-                if prev is not None:
-                    itls.append((at(t), (t - prev) * k * 1000 / n))
-                prev = t
-        width = s.segment_s / BINS_PER_SEGMENT
-        bins = []
-        for b in range(len(s.levels) * BINS_PER_SEGMENT):
-            lo, hi = b * width, (b + 1) * width
-            tokens = sum(n for t, n in chunks if lo <= t < hi)
-            ttft = percentiles(
-                (v * k * 1000 for r in ok if r.first_token_at is not None
-                 and lo <= at(r.first_token_at) < hi and (v := r.ttft()) is not None),
-                (50.0,),
-            )[0]  # fmt: skip
-            itl = percentiles((v for t, v in itls if lo <= t < hi), (99.0,))[0]
-            bins.append(
-                {
-                    "t_s": lo,
-                    "concurrency": s.levels[b // BINS_PER_SEGMENT],
-                    "tok_s": tokens / width,
-                    "ttft_ms_p50": ttft,
-                    "itl_ms_p99": itl,
-                }
-            )
-        segments = []
-        for n, c in enumerate(s.levels):
-            lo = (n + SETTLE_SHARE) * s.segment_s
-            hi = (n + 1) * s.segment_s
-            tokens = sum(m for t, m in chunks if lo <= t < hi)
-            started = [r for r in ok if lo <= at(r.start) < hi]
-            segments.append(
-                Segment(
-                    concurrency=c,
-                    start_s=n * s.segment_s,
-                    end_s=hi,
-                    output_throughput=tokens / (hi - lo),
-                    requests=sum(1 for r in ok if lo <= at(r.end) < hi),
-                    ttft_ms_p99=percentiles(
-                        (v * k * 1000 for r in started if (v := r.ttft()) is not None), (99.0,)
-                    )[0],
-                    itl_ms_p99=percentiles((v for t, v in itls if lo <= t < hi), (99.0,))[0],
-                )
-            )
+        itls = _token_latencies(ok, at, k)
         stalled = {r.seq for r in ended for a, b in pairwise(r.times) if (b - a) * k > s.stall_s}
         # An open stream's silence runs from its last chunk (or its start) to the drain's end.
         silent = [(drained_at - (r.times[-1] if r.times else r.start)) * k for r in open_]
@@ -268,8 +220,8 @@ class _Phase:
         return PhaseResult(
             levels=tuple(s.levels),
             segment_s=s.segment_s,
-            bins=tuple(bins),
-            segments=tuple(segments),
+            bins=_bins(s, ok, chunks, itls, at),
+            segments=_segments(s, ok, chunks, itls, at),
             requests=len(ok),
             errors=len(ended) - len(ok),
             unfinished=len(open_),
@@ -277,6 +229,87 @@ class _Phase:
             longest_gap_s=max([*(g for g, _ in gaps), *silent], default=0.0),
             output_throughput=total / span,
         )
+
+
+def _token_latencies(
+    ok: list[RequestRecord], at: Callable[[float], float], k: float
+) -> list[tuple[float, float]]:
+    """(when, ms) per token: a chunk of n tokens after a gap g is n latencies of g / n, chunks
+    without tokens skipped (as RequestRecord.itl_samples), each placed at its chunk's
+    arrival."""
+    itls: list[tuple[float, float]] = []
+    for r in ok:
+        prev = None
+        for t, n in zip(r.times, r.counts, strict=True):
+            if n <= 0:
+                continue
+            if prev is not None:
+                itls.append((at(t), (t - prev) * k * 1000 / n))
+            prev = t
+    return itls
+
+
+def _bins(
+    s: PhaseSettings,
+    ok: list[RequestRecord],
+    chunks: list[tuple[float, int]],
+    itls: list[tuple[float, float]],
+    at: Callable[[float], float],
+) -> tuple[dict[str, Any], ...]:
+    """The phase in bins of a fraction of a segment: tok/s, TTFT p50 and ITL p99 in each."""
+    k = s.time_scale
+    width = s.segment_s / BINS_PER_SEGMENT
+    bins = []
+    for b in range(len(s.levels) * BINS_PER_SEGMENT):
+        lo, hi = b * width, (b + 1) * width
+        tokens = sum(n for t, n in chunks if lo <= t < hi)
+        ttft = percentiles(
+            (v * k * 1000 for r in ok if r.first_token_at is not None
+             and lo <= at(r.first_token_at) < hi and (v := r.ttft()) is not None),
+            (50.0,),
+        )[0]  # fmt: skip
+        itl = percentiles((v for t, v in itls if lo <= t < hi), (99.0,))[0]
+        bins.append(
+            {
+                "t_s": lo,
+                "concurrency": s.levels[b // BINS_PER_SEGMENT],
+                "tok_s": tokens / width,
+                "ttft_ms_p50": ttft,
+                "itl_ms_p99": itl,
+            }
+        )
+    return tuple(bins)
+
+
+def _segments(
+    s: PhaseSettings,
+    ok: list[RequestRecord],
+    chunks: list[tuple[float, int]],
+    itls: list[tuple[float, float]],
+    at: Callable[[float], float],
+) -> tuple[Segment, ...]:
+    """Each segment once it settled: its throughput, requests and tail latencies."""
+    k = s.time_scale
+    segments = []
+    for n, c in enumerate(s.levels):
+        lo = (n + SETTLE_SHARE) * s.segment_s
+        hi = (n + 1) * s.segment_s
+        tokens = sum(m for t, m in chunks if lo <= t < hi)
+        started = [r for r in ok if lo <= at(r.start) < hi]
+        segments.append(
+            Segment(
+                concurrency=c,
+                start_s=n * s.segment_s,
+                end_s=hi,
+                output_throughput=tokens / (hi - lo),
+                requests=sum(1 for r in ok if lo <= at(r.end) < hi),
+                ttft_ms_p99=percentiles(
+                    (v * k * 1000 for r in started if (v := r.ttft()) is not None), (99.0,)
+                )[0],
+                itl_ms_p99=percentiles((v for t, v in itls if lo <= t < hi), (99.0,))[0],
+            )
+        )
+    return tuple(segments)
 
 
 def judge(

@@ -414,7 +414,9 @@ class _Level:
     # -- the result ------------------------------------------------------------------
 
     def _result(self) -> LevelResult:
-        s, wl = self.settings, self.workload
+        """The level's record, assembled from its parts: the steady window and the client's
+        figures over it, the latencies, what the server said of its drafts, when it ran."""
+        s = self.settings
         ok = [r for r in self.records if r.ok]
         attempts = len(self.records)
         if not ok or self.win_start is None:
@@ -425,102 +427,13 @@ class _Level:
         end = burst_end(
             chunk_times, min(t for i, t in enumerate(self.last_end) if i not in self.cancelled)
         )
-        window_s = end - start
-        out_tokens = tokens_in(ok, start, end)
-        in_tokens = self._input_tokens(ok, start, end)
-        # The mean of equal-width batch means is `rate` itself.
-        _, hw, lag1 = throughput_ci(ok, start, end)
-        rate = out_tokens / window_s
-        rel = hw / rate if rate > 0 else math.inf
-        finished = sum(1 for r in ok if start < r.end <= end)
         lat = [r for r in ok if r.start >= start] or ok
-        tpot = percentiles((v for r in lat if (v := r.tpot()) is not None), _Q)
-        e2e = percentiles((r.e2e() for r in lat), _Q)
-        chunks = sum(len(r.times) for r in ok)
-        all_tokens = sum(r.output_tokens for r in ok)
-        verified = [r for r in ok if r.spec_verify_ct]
-        accept = (
-            sum(r.output_tokens for r in verified) / sum(r.spec_verify_ct or 0 for r in verified)
-            if verified
-            else None
-        )
-        histogram = _summed([r.accept_histogram for r in ok if r.accept_histogram])
-        samples = Samples(
-            tuple(v for r in lat if (v := r.ttft()) is not None),
-            tuple(tuple(r.itl_samples()) for r in lat),
-            tuple(is_degenerate(r.text) for r in ok),
-        )
-        latency = samples.latencies_ms()  # the same figures a pooled level recomputes
-        if self.recounted:
-            source = "text-recount"
-        elif self.endpoint == "generate":
-            source = "meta_info"
-        else:
-            source = "usage"
         result = LevelResult(
-            concurrency=s.concurrency,
-            workload=wl.name,
-            endpoint=self.endpoint,
-            requests=len(ok),
-            errors=self.errors,
-            output_tokens=out_tokens,
-            input_tokens=in_tokens,
-            window_s=window_s,
-            output_throughput=rate,
-            total_throughput=(out_tokens + in_tokens) / window_s,
-            request_rate=finished / window_s,
-            window_requests=finished,
-            ttft_ms_p50=latency["ttft_ms_p50"],
-            ttft_ms_p90=latency["ttft_ms_p90"],
-            ttft_ms_p99=latency["ttft_ms_p99"],
-            itl_ms_p50=latency["itl_ms_p50"],
-            itl_ms_p90=latency["itl_ms_p90"],
-            itl_ms_p99=latency["itl_ms_p99"],
-            tpot_ms_p50=_ms(tpot[0]),
-            tpot_ms_p90=_ms(tpot[1]),
-            tpot_ms_p99=_ms(tpot[2]),
-            e2e_s_p50=e2e[0],
-            e2e_s_p90=e2e[1],
-            e2e_s_p99=e2e[2],
-            latency_requests=len(lat),
-            usage_source=source,
-            window=WINDOW_DESCRIPTION.format(
-                busy=f"all {s.concurrency}"
-                if s.busy_slots == s.concurrency
-                else f"the server's {s.busy_slots} slots (the other "
-                f"{s.concurrency - s.busy_slots} queue)"
-            ),
-            degenerate_share=sum(samples.degenerate) / len(ok),
-            ci_halfwidth=rel,
-            ci_halfwidth_tok_s=hw,
-            ci_lag1=lag1,
-            ci_target_met=s.ci_width is not None and rel <= s.ci_width,
-            chunks=chunks,
-            tokens_per_chunk=all_tokens / chunks if chunks else 0.0,
-            mean_output_tokens=all_tokens / len(ok),
-            finished_by_length=sum(1 for r in ok if r.finish_reason == "length") / len(ok),
-            cut_short=self.cut_short,
-            accept_length=accept,
-            accept_histogram=histogram,
-            temperature=wl.temperature,
-            ignore_eos=wl.ignore_eos,
-            max_tokens=wl.max_tokens,
-            warmup_requests=s.warmup_count,
-            ramp_up_s=start - self.t0,
-            drain_s=max(r.end for r in self.records) - end,
-            duration_s=perf_counter() - self.t_level,
-            window_start_unix=start + _offset(time.time),
-            sent_output_tokens=sum(r.completion_tokens or 0 for r in (*self.warmup_records, *ok)),
-            draft_tokens=_sum_known(r.draft_tokens for r in (*self.warmup_records, *ok)),
-            draft_accepted=_sum_known(r.draft_accepted for r in (*self.warmup_records, *ok)),
-            window_end_unix=end + _offset(time.time),
-            window_start_monotonic=start + _offset(time.monotonic),
-            window_end_monotonic=end + _offset(time.monotonic),
-            error_reasons=dict(self.reasons.most_common(5)),
-            notes=tuple(self.notes) + self._repeat_note(ok),
-            prompts_repeated=sum(1 for r in ok if r.seq in self.repeated),
-            intervals=samples.intervals(),
-            samples=samples,
+            **self._what_ran(ok),
+            **_throughput(ok, start, end, self._input_tokens(ok, start, end), s.ci_width),
+            **_latencies(ok, lat),
+            **_drafts(ok, (*self.warmup_records, *ok)),
+            **self._when(start, end),
         )
         if self.errors > s.max_error_share * attempts:
             raise LevelFailed(
@@ -530,6 +443,51 @@ class _Level:
                 result,
             )
         return result
+
+    def _what_ran(self, ok: list[RequestRecord]) -> dict[str, Any]:
+        """The level's settings, the workload's, and what the client noticed."""
+        s, wl = self.settings, self.workload
+        if self.recounted:
+            source = "text-recount"
+        elif self.endpoint == "generate":
+            source = "meta_info"
+        else:
+            source = "usage"
+        busy = (
+            f"all {s.concurrency}"
+            if s.busy_slots == s.concurrency
+            else f"the server's {s.busy_slots} slots (the other {s.concurrency - s.busy_slots} "
+            "queue)"
+        )
+        return {
+            "concurrency": s.concurrency,
+            "workload": wl.name,
+            "endpoint": self.endpoint,
+            "requests": len(ok),
+            "errors": self.errors,
+            "usage_source": source,
+            "window": WINDOW_DESCRIPTION.format(busy=busy),
+            "cut_short": self.cut_short,
+            "temperature": wl.temperature,
+            "ignore_eos": wl.ignore_eos,
+            "max_tokens": wl.max_tokens,
+            "warmup_requests": s.warmup_count,
+            "error_reasons": dict(self.reasons.most_common(5)),
+            "notes": tuple(self.notes) + self._repeat_note(ok),
+            "prompts_repeated": sum(1 for r in ok if r.seq in self.repeated),
+        }
+
+    def _when(self, start: float, end: float) -> dict[str, Any]:
+        """When the window ran, on the wall clock and the monotonic one, and around it."""
+        return {
+            "ramp_up_s": start - self.t0,
+            "drain_s": max(r.end for r in self.records) - end,
+            "duration_s": perf_counter() - self.t_level,
+            "window_start_unix": start + _offset(time.time),
+            "window_end_unix": end + _offset(time.time),
+            "window_start_monotonic": start + _offset(time.monotonic),
+            "window_end_monotonic": end + _offset(time.monotonic),
+        }
 
     def _repeat_note(self, ok: list[RequestRecord]) -> tuple[str, ...]:
         repeats = sum(1 for r in ok if r.seq in self.repeated)
@@ -575,6 +533,82 @@ def _sum_known(values: Iterable[int | None]) -> int | None:
     """Sum of the values a server reported; None when it reported none."""
     known = [v for v in values if v is not None]
     return sum(known) if known else None
+
+
+def _throughput(
+    ok: list[RequestRecord], start: float, end: float, in_tokens: int, ci_width: float | None
+) -> dict[str, Any]:
+    """The client's figures over the steady window, and the throughput's interval."""
+    window_s = end - start
+    out_tokens = tokens_in(ok, start, end)
+    # The mean of equal-width batch means is `rate` itself.
+    _, hw, lag1 = throughput_ci(ok, start, end)
+    rate = out_tokens / window_s
+    rel = hw / rate if rate > 0 else math.inf
+    finished = sum(1 for r in ok if start < r.end <= end)
+    return {
+        "output_tokens": out_tokens,
+        "input_tokens": in_tokens,
+        "window_s": window_s,
+        "output_throughput": rate,
+        "total_throughput": (out_tokens + in_tokens) / window_s,
+        "request_rate": finished / window_s,
+        "window_requests": finished,
+        "ci_halfwidth": rel,
+        "ci_halfwidth_tok_s": hw,
+        "ci_lag1": lag1,
+        "ci_target_met": ci_width is not None and rel <= ci_width,
+    }
+
+
+def _latencies(ok: list[RequestRecord], lat: list[RequestRecord]) -> dict[str, Any]:
+    """Per-request latencies of the requests that started in the window (`lat`), with
+    their intervals, and the share of degenerate answers over all of them."""
+    tpot = percentiles((v for r in lat if (v := r.tpot()) is not None), _Q)
+    e2e = percentiles((r.e2e() for r in lat), _Q)
+    samples = Samples(
+        tuple(v for r in lat if (v := r.ttft()) is not None),
+        tuple(tuple(r.itl_samples()) for r in lat),
+        tuple(is_degenerate(r.text) for r in ok),
+    )
+    return {
+        **samples.latencies_ms(),  # the same figures a pooled level recomputes
+        "tpot_ms_p50": _ms(tpot[0]),
+        "tpot_ms_p90": _ms(tpot[1]),
+        "tpot_ms_p99": _ms(tpot[2]),
+        "e2e_s_p50": e2e[0],
+        "e2e_s_p90": e2e[1],
+        "e2e_s_p99": e2e[2],
+        "latency_requests": len(lat),
+        "degenerate_share": sum(samples.degenerate) / len(ok),
+        "intervals": samples.intervals(),
+        "samples": samples,
+    }
+
+
+def _drafts(ok: list[RequestRecord], sent: tuple[RequestRecord, ...]) -> dict[str, Any]:
+    """What the answers say of the tokens and the drafts behind them: per-request verify
+    counts and histograms (SGLang's native endpoint), the chunks the stream came in, and
+    what every request the level sent (warm-ups included) was billed."""
+    chunks = sum(len(r.times) for r in ok)
+    all_tokens = sum(r.output_tokens for r in ok)
+    verified = [r for r in ok if r.spec_verify_ct]
+    accept = (
+        sum(r.output_tokens for r in verified) / sum(r.spec_verify_ct or 0 for r in verified)
+        if verified
+        else None
+    )
+    return {
+        "chunks": chunks,
+        "tokens_per_chunk": all_tokens / chunks if chunks else 0.0,
+        "mean_output_tokens": all_tokens / len(ok),
+        "finished_by_length": sum(1 for r in ok if r.finish_reason == "length") / len(ok),
+        "accept_length": accept,
+        "accept_histogram": _summed([r.accept_histogram for r in ok if r.accept_histogram]),
+        "sent_output_tokens": sum(r.completion_tokens or 0 for r in sent),
+        "draft_tokens": _sum_known(r.draft_tokens for r in sent),
+        "draft_accepted": _sum_known(r.draft_accepted for r in sent),
+    }
 
 
 def _first_error(records: list[RequestRecord]) -> str:

@@ -5,6 +5,8 @@
     export_adaptive.export(cfg, ...)                     # `autotune export-adaptive`
     dashboard.serve(cfg, ...)                            # `autotune dashboard`
     forget.forget(cfg, [3, 4], kind=None, failed_since=None)  # `autotune forget`
+    status.show(cfg, as_json=False)                      # `autotune status`
+    best.show(cfg, as_json=False)                        # `autotune best`
 
 `autotune/cli.py` parses arguments and calls these; they call `run/`, `search/`, `store/`.
 """

@@ -192,6 +192,27 @@ def _config_text(
     when it answered."""
     current = {f: v for f, v in flags.items() if f.startswith(("--speculative", "--spec-"))}
     now = ", ".join(f"{k} {v}" for k, v in current.items()) or "none"
+    cap, cap_flag = _concurrency_cap(engine, flags)
+    levels = _levels(cap)
+    lines = [
+        f"# Written by `autotune init` from {where.unit} ({live.fragment}).",
+        f"# Speculative settings in the unit now: {now}.",
+        "# Check with `autotune validate`, then run with `autotune start`.",
+        *_study_lines(where, space, storage),
+        "",
+        *_target_lines(where, live, engine, base_url),
+        "",
+        f"search_space: {space}    # {why}",
+        "",
+        *_benchmark_lines(levels, cap, cap_flag),
+        "",
+        *_objective_lines(engine, space, flags, levels, cap, running),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _study_lines(where: Where, space: str, storage: str) -> list[str]:
     size = _space_size(space)
     n_trials = min(size, _TRIALS_FOR_A_LARGE_SPACE) if size else _TRIALS_FOR_A_LARGE_SPACE
     if size and size <= _TRIALS_FOR_A_LARGE_SPACE:
@@ -199,37 +220,32 @@ def _config_text(
     else:
         # bench/results/sample_efficiency.md: 98 % of the optimum within 14 deployments, p90.
         trials_why = f"of {size or 'its'} configs; 14 found 98 % of the best at p90 simulated"
-    cap, cap_flag = _concurrency_cap(engine, flags)
-    levels = _levels(cap)
-    levels_why = (
-        f"up to the unit's {cap_flag} {cap}"
-        if cap is not None and cap < _LEVELS[-1]
-        else "one request, a busy server, a full one"
-    )
     finish = (
         "the winner keeps serving after the study (restore: the unit as it was)"
         if where.deploy != "local-process"
         else "the winner keeps serving after autotune exits (stop: no server left)"
     )
-    lines = [
-        f"# Written by `autotune init` from {where.unit} ({live.fragment}).",
-        f"# Speculative settings in the unit now: {now}.",
-        "# Check with `autotune validate`, then run with `autotune start`.",
+    return [
         "study:",
         f"  name: {Path(where.unit).stem}",
         f"  storage: {storage}    # relative paths: beside this file",
         f"  n_trials: {n_trials}    # the study's total, across restarts ({trials_why})",
         f"  on_finish: apply-best    # {finish}",
-        "",
+    ]
+
+
+def _target_lines(where: Where, live: LiveUnit, engine: Engine, base_url: str | None) -> list[str]:
+    local = where.deploy == "local-process"
+    lines = [
         "target:",
         f"  engine: {engine.name}",
         f"  deploy: {where.deploy}",
         f"  unit: {where.unit}",
         f"  unit_file: {live.fragment}"
-        + ("" if where.deploy == "local-process" else "    # the file systemd loads, on the host"),
+        + ("" if local else "    # the file systemd loads, on the host"),
         *(
             []
-            if where.deploy == "local-process"
+            if local
             else [f"  unit_copy: {where.unit}    # the unit as read; validate says if it changed"]
         ),
         f"  base_url: {base_url}    # where the benchmark reaches the server from here"
@@ -238,7 +254,7 @@ def _config_text(
         "SSH link",
         "  ready_timeout: 900                   # model load plus CUDA graph capture",
     ]
-    if where.deploy == "local-process" and unitfile.service_values(live.text, "User"):
+    if local and unitfile.service_values(live.text, "User"):
         lines.append(
             "  # The unit's User= is not applied here: autotune runs the server as itself."
         )
@@ -249,17 +265,34 @@ def _config_text(
         lines += ["  systemd:", f"    systemctl: {where.systemctl}"]
     if live.gpus:
         lines.append("  gpu_wait: {}                         # wait for the GPUs to be free")
-    lines += [
-        "",
-        f"search_space: {space}    # {why}",
-        "",
+    return lines
+
+
+def _benchmark_lines(levels: list[int], cap: int | None, cap_flag: str | None) -> list[str]:
+    levels_why = (
+        f"up to the unit's {cap_flag} {cap}"
+        if cap is not None and cap < _LEVELS[-1]
+        else "one request, a busy server, a full one"
+    )
+    return [
         "benchmark:",
         f"  concurrency: [{', '.join(map(str, levels))}]    # {levels_why}",
         "  workload: natural                    # sampled replies that stop at end of sequence",
         "  max_tokens: 512                      # per reply: long enough for speculation to settle",
         "  min_duration: 20                     # seconds of steady state per level, at least",
         "  max_duration: 90                     # a noisy level is measured until this, at most",
-        "",
+    ]
+
+
+def _objective_lines(
+    engine: Engine,
+    space: str,
+    flags: dict[str, str | None],
+    levels: list[int],
+    cap: int | None,
+    running: int | None,
+) -> list[str]:
+    lines = [
         "objective:",
         "  mode: geomean                        # the geometric mean of tok/s over the levels",
     ]
@@ -270,8 +303,7 @@ def _config_text(
             if key == "min_running_requests":
                 value, why = _floor(space, flags, min(value, levels[-1]), cap, running)
             lines.append(f"    {key}: {value}    # {why}".rstrip(" #"))
-    lines.append("")
-    return "\n".join(lines)
+    return lines
 
 
 def _floor(

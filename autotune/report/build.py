@@ -16,7 +16,8 @@ from autotune.errors import AutotuneError, ConfigError
 from autotune.log import get
 from autotune.report import data as report_data
 from autotune.report import plots
-from autotune.report.html import Page, Plots, render
+from autotune.report.html import render
+from autotune.report.page import Page, Plots
 from autotune.report.units import TrialFiles, unit_diff
 from autotune.search import records
 from autotune.search import study as st

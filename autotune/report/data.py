@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
-from autotune.search import deployments, records
+from autotune.search import deployments, records, workers
 from autotune.search import study as st
 from autotune.search.capacity import FAILURE as CAPACITY_PREDICTED
 from autotune.store.storage import redact
@@ -180,7 +180,7 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
         min_running_requests=cfg.objective.constraints.min_running_requests,
         level_sample=_level_sample(rows),
         time=_time(cfg, study),
-        workers=[w.sentence() for w in st.liveness(study, cfg)],
+        workers=[w.sentence() for w in workers.liveness(study, cfg)],
         rehearsal_speedup=max(
             (speedup for t in finished if (speedup := records.TrialRecord.of(t).rehearsal_speedup)),
             default=None,

@@ -6,15 +6,26 @@ that came from a server's log.
 
 from __future__ import annotations
 
-import html
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any
 
+from autotune.report import html_load
 from autotune.report.data import LevelBest, StudyData, TrialRow, schedule, short
+from autotune.report.page import (
+    Page,
+    cell_num,
+    config_text,
+    esc,
+    num,
+    pct,
+    plot,
+    section,
+    table,
+    with_sd,
+)
 from autotune.report.units import UnitDiff
-from autotune.search import objective, perf
+from autotune.search import perf
 from autotune.search.pruning import PRUNE_BELOW
 
 #: Section ids, in page order (tests and links rely on them).
@@ -32,38 +43,6 @@ SECTIONS = (
 )
 
 
-@dataclass(frozen=True)
-class Plots:
-    best_so_far: str | None
-    throughput: str | None
-    capacity: str | None
-    load_phase: str | None = None
-
-
-@dataclass(frozen=True)
-class Page:
-    data: StudyData
-    plots: Plots
-    diff: UnitDiff | None
-    flags: Callable[[Mapping[str, Any]], str]
-    """The launch flags of a config, as they appear in the unit."""
-    workload: str
-    """What the workload sends, in words."""
-    generated: str
-    adaptive: list[dict[str, Any]] | None = None
-    """Static vs adaptive per level (`export_adaptive.comparison`); None: not such a space."""
-    adaptive_export: Mapping[str, Any] | None = None
-    adaptive_probes: Mapping[str, Any] | None = None
-    load_phases: Mapping[str, Mapping[str, Any]] | None = None
-    """Label -> changing-load phase (`commands/phase_summary.phases`)."""
-    fixed_level_winner: int | None = None
-    """The finalist the fixed levels preferred, when it did not hold up under changing load."""
-
-
-def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def render(page: Page) -> str:
     d = page.data
     parts = [
@@ -71,7 +50,7 @@ def render(page: Page) -> str:
         f"<h1>autotune report: study <code>{esc(d.name)}</code></h1>",
         _summary(page),
         _schedule(page),
-        _plot(
+        plot(
             "best-so-far",
             "Best so far",
             page.plots.best_so_far,
@@ -79,14 +58,14 @@ def render(page: Page) -> str:
             "Grey marks are infeasible trials (triangles on the floor: not benchmarked); "
             "hollow circles repeat an earlier trial's result.",
         ),
-        _plot(
+        plot(
             "throughput",
             "Output throughput against each knob",
             page.plots.throughput,
             "One row per concurrency level; every benchmarked trial. The star is the best "
             "feasible config at that level, the green ring the baseline.",
         ),
-        _plot(
+        plot(
             "capacity",
             "max_running_requests against each knob",
             page.plots.capacity,
@@ -98,9 +77,9 @@ def render(page: Page) -> str:
         ),
         _winner_unit(page.diff),
         _settings(page),
-        _rates(page),
-        _load_phase(page),
-        _adaptive(page),
+        html_load.rates(page),
+        html_load.load_phase(page),
+        html_load.adaptive(page),
         _infeasible(page),
         _pruned(page),
         _predictions(page),
@@ -134,10 +113,6 @@ def _head(title: str) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{_CSS}</style></head><body><main>"
     )
-
-
-def _section(sid: str, title: str, body: str) -> str:
-    return f'<section id="{sid}"><h2>{esc(title)}</h2>{body}</section>'
 
 
 def _summary(page: Page) -> str:
@@ -184,7 +159,7 @@ def _summary(page: Page) -> str:
         )
     else:
         values = ", ".join(
-            f"{esc(n)} = {_num(v)}"
+            f"{esc(n)} = {num(v)}"
             for n, v in zip(d.metric_names, winner.values or (), strict=False)
         )
         body += (
@@ -193,7 +168,7 @@ def _summary(page: Page) -> str:
             "<code>autotune apply</code> deploys it.</p>" + _vs_baseline(d, winner)
         )
         body += _validation(d)
-    return _section("summary", "Summary", body)
+    return section("summary", "Summary", body)
 
 
 def _validation(d: StudyData) -> str:
@@ -202,19 +177,19 @@ def _validation(d: StudyData) -> str:
     rows = []
     for n, v in sorted(d.validation.items(), key=lambda kv: -float(kv[1].get("estimate", 0))):
         mark = " (declared best)" if n == d.declared_best else ""
-        values = ", ".join(_num(float(x)) for x in v.get("values", []))
-        first = _num(v.get("first")) if v.get("first") is not None else ""
+        values = ", ".join(num(float(x)) for x in v.get("values", []))
+        first = num(v.get("first")) if v.get("first") is not None else ""
         chance = "failed again" if v.get("failed") else _chance(v.get("p_best"))
         rows.append(
             [
                 esc(f"{n}{mark}"),
-                f"<code>{esc(_config_text(d.trial(n).config))}</code>"
+                f"<code>{esc(config_text(d.trial(n).config))}</code>"
                 if any(t.number == n for t in d.trials)
                 else "",
-                _cell_num(first),
-                _cell_num(values),
-                _cell_num(_num(v.get("estimate"))),
-                _cell_num(esc(chance)),
+                cell_num(first),
+                cell_num(values),
+                cell_num(num(v.get("estimate"))),
+                cell_num(esc(chance)),
             ]
         )
     head = ["trial", "config", "trial's value", "measured again", "estimate", "P(best)"]
@@ -223,7 +198,7 @@ def _validation(d: StudyData) -> str:
         "round after round until the leader was the best (or within 1 % of it) with 95 % "
         "probability. Each is judged on everything measured: its own runs and its "
         "neighbours', with its first value, which is what put it in the top, counted as "
-        "the noisier one:</p>" + _table(head, rows)
+        "the noisier one:</p>" + table(head, rows)
     )
 
 
@@ -240,13 +215,13 @@ def _vs_baseline(d: StudyData, t: TrialRow) -> str:
     w = h.worth
     text = (
         f"<p>Over its {w.deployments} deployment{'s' if w.deployments != 1 else ''}: "
-        f"{_num(w.value)} tok/s (95 %: {_num(w.low)} … {_num(w.high)})"
+        f"{num(w.value)} tok/s (95 %: {num(w.low)} … {num(w.high)})"
     )
     base = d.baseline
     if h.gain is not None and h.baseline is not None and base is not None:
         text += (
             f", {esc(h.gain.text())} against the baseline (trial {base.number}, "
-            f"{_num(h.baseline.value)} tok/s over {h.baseline.deployments})"
+            f"{num(h.baseline.value)} tok/s over {h.baseline.deployments})"
         )
     return text + f". Deployed again, one config varies by {esc(h.spread.text())}.</p>"
 
@@ -275,10 +250,10 @@ def _schedule(page: Page) -> str:
         "<p>The best feasible config at each concurrency level: what to run at which load. "
         "The summary's winner is the best single config for all of them; where the rows "
         "differ, the load decides.</p>"
-        + _table(head, body_rows)
+        + table(head, body_rows)
         + (f"<p>Their launch flags:</p><pre>{esc(flags)}</pre>" if flags else "")
     )
-    return _section("schedule", "Which config wins at which load", body)
+    return section("schedule", "Which config wins at which load", body)
 
 
 def _schedule_row(page: Page, r: LevelBest) -> list[str]:
@@ -286,38 +261,31 @@ def _schedule_row(page: Page, r: LevelBest) -> list[str]:
     if t is None:
         blank = [""] * (len(page.data.knobs) + 6)
         return [str(r.concurrency), '<span class="bad">no feasible trial</span>', *blank]
-    ttft = f"{_num(r.level('ttft_ms_p50'))} / {_num(r.level('ttft_ms_p99'))}"
+    ttft = f"{num(r.level('ttft_ms_p50'))} / {num(r.level('ttft_ms_p99'))}"
     accept = r.level("accept_length")
     return [
-        _cell_num(r.concurrency),
+        cell_num(r.concurrency),
         esc(t.number),
-        *[_cell_num(t.config.get(k, "")) for k in page.data.knobs],
-        _cell_num(_num(r.tok_s)),
-        _cell_num(_pct(r.gain) if r.gain is not None else "—"),
-        _cell_num(ttft),
-        _cell_num(_num(r.level("itl_ms_p50"))),
-        _cell_num(_num(accept, 2) if accept is not None else "—"),
-        _cell_num(t.max_running_requests if t.max_running_requests is not None else "—"),
+        *[cell_num(t.config.get(k, "")) for k in page.data.knobs],
+        cell_num(num(r.tok_s)),
+        cell_num(pct(r.gain) if r.gain is not None else "—"),
+        cell_num(ttft),
+        cell_num(num(r.level("itl_ms_p50"))),
+        cell_num(num(accept, 2) if accept is not None else "—"),
+        cell_num(t.max_running_requests if t.max_running_requests is not None else "—"),
     ]
-
-
-def _plot(sid: str, title: str, uri: str | None, caption: str) -> str:
-    if uri is None:
-        return _section(sid, title, '<p class="note">Nothing to plot yet.</p>')
-    img = f'<img src="{uri}" alt="{esc(title)}">'
-    return _section(sid, title, f'<p class="note">{esc(caption)}</p><figure>{img}</figure>')
 
 
 def _winner_unit(diff: UnitDiff | None) -> str:
     title = "The winning unit file"
     if diff is None:
-        return _section("winner-unit", title, '<p class="note">No feasible trial yet.</p>')
+        return section("winner-unit", title, '<p class="note">No feasible trial yet.</p>')
     intro = (
         f"<p>The winner's unit ({esc(diff.winner_source)}) against the original, what the "
         f"server ran before the study ({esc(diff.original_source)}).</p>"
     )
     if not diff.lines:
-        return _section(
+        return section(
             "winner-unit", title, intro + "<p>The winner is the original unit, unchanged.</p>"
         )
     out = []
@@ -331,7 +299,7 @@ def _winner_unit(diff: UnitDiff | None) -> str:
             cls = "del"
         # The newline inside the block span keeps the text copyable without doubling lines.
         out.append(f'<span class="{cls}">{esc(line)}\n</span>')
-    return _section("winner-unit", title, intro + '<pre class="diff">' + "".join(out) + "</pre>")
+    return section("winner-unit", title, intro + '<pre class="diff">' + "".join(out) + "</pre>")
 
 
 def _settings(page: Page) -> str:
@@ -383,7 +351,7 @@ def _settings(page: Page) -> str:
         ("target", esc(where)),
     ]
     body = "<table>" + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in rows)
-    return _section("settings", "Workload and measurement", body + "</table>")
+    return section("settings", "Workload and measurement", body + "</table>")
 
 
 def _window(level: Mapping[str, Any]) -> str:
@@ -406,15 +374,15 @@ def _sampling(level: Mapping[str, Any]) -> str:
 def _infeasible(page: Page) -> str:
     rows = page.data.infeasible
     if not rows:
-        return _section("infeasible", "Infeasible trials", "<p>None: every trial was feasible.</p>")
+        return section("infeasible", "Infeasible trials", "<p>None: every trial was feasible.</p>")
     head = ["trial", "config", "failure", "reason", "violated constraints", "result of"]
     body_rows = [
         [
             esc(t.number),
-            f"<code>{esc(_config_text(t.config))}</code>",
+            f"<code>{esc(config_text(t.config))}</code>",
             esc(t.failure or ""),
             esc(t.reason or ""),
-            esc(", ".join(f"{k} +{_num(v, 2)}" for k, v in t.violated.items())),
+            esc(", ".join(f"{k} +{num(v, 2)}" for k, v in t.violated.items())),
             esc(f"trial {t.reused_from}" if t.reused_from is not None else ""),
         ]
         for t in rows
@@ -424,7 +392,7 @@ def _infeasible(page: Page) -> str:
         "slow a latency. Each is a finished trial with a violated constraint, so the sampler "
         "learns to avoid it.</p>"
     )
-    return _section("infeasible", "Infeasible trials", intro + _table(head, body_rows))
+    return section("infeasible", "Infeasible trials", intro + table(head, body_rows))
 
 
 def _feasible_cell(t: TrialRow) -> str:
@@ -450,12 +418,12 @@ def _pruned(page: Page) -> str:
         body_rows.append(
             [
                 esc(t.number),
-                f"<code>{esc(_config_text(t.config))}</code>",
+                f"<code>{esc(config_text(t.config))}</code>",
                 esc(", ".join(f"c={c}" for c in after) + _STAGE.get(p.get("when", ""), "")),
-                esc(", ".join(_num(t.throughput.get(c)) for c in after)),
-                _cell_num(_num(p.get("estimate"))),
-                esc(f"trial {p.get('incumbent')}: {_num(p.get('incumbent_value'))}"),
-                _cell_num(f"{float(p.get('p_beat') or 0.0):.2%}"),
+                esc(", ".join(num(t.throughput.get(c)) for c in after)),
+                cell_num(num(p.get("estimate"))),
+                esc(f"trial {p.get('incumbent')}: {num(p.get('incumbent_value'))}"),
+                cell_num(f"{float(p.get('p_beat') or 0.0):.2%}"),
             ]
         )
     intro = (
@@ -464,7 +432,7 @@ def _pruned(page: Page) -> str:
         f"{100 * PRUNE_BELOW:g} %). The sampler learns from the expected value; none of them "
         "can be declared best or be a finalist.</p>"
     )
-    return _section("pruned", "Pruned trials", intro + _table(head, body_rows))
+    return section("pruned", "Pruned trials", intro + table(head, body_rows))
 
 
 def _predictions(page: Page) -> str:
@@ -474,7 +442,7 @@ def _predictions(page: Page) -> str:
     rows = [t for t in d.trials if t.prediction is not None and t.measured]
     if not status and not rows:
         text = "<p>Nothing predicted yet: no config was proposed by the GP sampler.</p>"
-        return _section("predictions", "Predicted before deploying", text)
+        return section("predictions", "Predicted before deploying", text)
     state = f"<p>The performance model was {esc(perf.describe(status))}.</p>"
     head = ["trial", "config", "predicted tok/s", "measured", "error", "accept length: "
             "predicted", "measured", "max_running_requests: predicted", "measured"]  # fmt: skip
@@ -482,7 +450,7 @@ def _predictions(page: Page) -> str:
     for t in rows:
         p = t.prediction or {}
         value = t.values[0] if t.values and t.state == "COMPLETE" else None
-        error = _pct(value / float(p["value"]) - 1.0) if value and p.get("value") else "—"
+        error = pct(value / float(p["value"]) - 1.0) if value and p.get("value") else "—"
         accepts = [lv["accept_length"] for lv in t.levels.values() if lv.get("accept_length")]
         accepts = accepts or [
             lv["server_accept_length"] for lv in t.levels.values() if lv.get("server_accept_length")
@@ -490,14 +458,14 @@ def _predictions(page: Page) -> str:
         body_rows.append(
             [
                 esc(t.number),
-                f"<code>{esc(_config_text(t.config))}</code>",
-                _cell_num(_num(p.get("value"))),
-                _cell_num(_num(value)),
-                _cell_num(error),
-                _cell_num(_with_sd(p.get("accept_length"), p.get("accept_length_sd"))),
-                _cell_num(_num(sum(accepts) / len(accepts), 2) if accepts else "—"),
-                _cell_num(_num(p.get("max_running_requests"))),
-                _cell_num(_num(t.max_running_requests, 0)),
+                f"<code>{esc(config_text(t.config))}</code>",
+                cell_num(num(p.get("value"))),
+                cell_num(num(value)),
+                cell_num(error),
+                cell_num(with_sd(p.get("accept_length"), p.get("accept_length_sd"))),
+                cell_num(num(sum(accepts) / len(accepts), 2) if accepts else "—"),
+                cell_num(num(p.get("max_running_requests"))),
+                cell_num(num(t.max_running_requests, 0)),
             ]
         )
     intro = (
@@ -505,199 +473,7 @@ def _predictions(page: Page) -> str:
         "(capacity from the engine's memory rule, accept length from acceptance per position, "
         "step cost from the levels measured), against what the deployment then measured.</p>"
     )
-    return _section("predictions", "Predicted before deploying", intro + _table(head, body_rows))
-
-
-def _load_phase(page: Page) -> str:
-    """The finalists and exported configs through the changing-load phase."""
-    phases = page.load_phases or {}
-    if not phases:
-        return ""
-    first = next(iter(phases.values()))
-    levels = " → ".join(str(c) for c in first.get("levels") or ())
-    segment = first.get("segment_s")
-    head = ["config", "tok/s through the phase", "tok/s per segment (steady part)",
-            "tier switches (at steady load, per min)", "stalled streams", "verdict"]  # fmt: skip
-    rows = []
-    for label, p in phases.items():
-        segs = " · ".join(
-            f"c={s['concurrency']}: {s['output_throughput']:.0f}" for s in p.get("segments") or ()
-        )
-        per_min = p.get("switches_per_min_steady")
-        switches = f"{len(p.get('switches') or ())}" + (
-            f" ({per_min:g}/min)" if per_min is not None else ""
-        )
-        verdict = (
-            '<span class="good">held up</span>'
-            if p.get("held_up")
-            else '<span class="bad">did not hold up</span>: '
-            + esc("; ".join(p.get("problems") or ()))
-        )
-        rows.append(
-            [
-                esc(label),
-                _cell_num(_num(p.get("output_throughput"))),
-                esc(segs),
-                _cell_num(switches),
-                _cell_num(_num(p.get("stalls"))),
-                verdict,
-            ]
-        )
-    intro = (
-        f"<p>A closed loop whose client count steps across the levels and back (c = {esc(levels)}, "
-        f"{esc(segment)} s each) in the same deployment as a finalist's first re-measurement "
-        "or an exported config's measurement, so that a config or schedule that breaks where the "
-        "load changes shows it. A config does not hold up when a stream stalls or fails, when "
-        "its speculation tier flaps at a steady load (SGLang's <code>Switch adaptive runtime "
-        "state</code> lines), or when a segment serves under 0.8x its fixed level.</p>"
-    )
-    if page.fixed_level_winner is not None:
-        intro += (
-            f'<p class="bad">The fixed-level winner, trial {page.fixed_level_winner}, did not '
-            "hold up: the study declared the most likely best of the finalists that did.</p>"
-        )
-    plot = (
-        f'<img alt="throughput and latency through the phase" src="{page.plots.load_phase}">'
-        '<p class="note">Throughput and median TTFT per bin; dashed lines where the load '
-        "changes, ticks on the top where the server switched tier.</p>"
-        if page.plots.load_phase
-        else ""
-    )
-    return _section("load-phase", "Under changing load", intro + plot + _table(head, rows))
-
-
-#: Trials shown in the goodput table (feasible ones, best first).
-RATE_TRIALS = 8
-
-
-def _rates(page: Page) -> str:
-    """Goodput per offered rate: the trials side by side, then the winner's rates in full."""
-    d = page.data
-    shown = [t for t in d.trials if t.rates and t.reused_from is None]
-    if not shown:
-        return ""
-    shown.sort(key=lambda t: (not t.feasible, -(t.values[0] if t.values else 0.0)))
-    shown = shown[:RATE_TRIALS]
-    offered = sorted({float(r["rate"]) for t in shown for r in t.rates})
-    slo = next((r.get("slo") for t in shown for r in t.rates if r.get("slo")), "")
-    head = ["trial", "config", *[f"{r:g}/s" for r in offered], "highest rate meeting SLOs"]
-    rows = []
-    for t in shown:
-        by_rate = {float(r["rate"]): r for r in t.rates}
-        cells = []
-        for rate in offered:
-            r = by_rate.get(rate)
-            if r is None:
-                cells.append(_cell_num("not run"))
-                continue
-            mark = "" if r.get("meets_slo") else " ✗"
-            share = float(r.get("good_share") or 0.0)
-            cells.append(_cell_num(f"{float(r['goodput']):.2f} ({share:.0%}){mark}"))
-        meeting = objective.highest_meeting(t.rates)
-        rows.append(
-            [
-                esc(t.number) + ("" if t.feasible else " (infeasible)"),
-                f"<code>{esc(_config_text(t.config))}</code>",
-                *cells,
-                _cell_num(f"{meeting:g}/s" if meeting else "none"),
-            ]
-        )
-    intro = (
-        "<p>Open-loop levels: requests arrive at each rate (arrivals "
-        f"<code>{esc(shown[0].rates[0].get('arrivals'))}</code>) whether or not earlier ones "
-        f"finished. Each cell is goodput, requests per second served within the SLOs "
-        f"({esc(slo)}), and the share of the rate's requests that were good; ✗ marks a rate "
-        "whose good share fell below the attainment target or that left requests unserved. "
-        "A rate above one a config missed is not measured (“not run”).</p>"
-    )
-    body = intro + _table(head, rows)
-    winner = d.winner
-    if winner is not None and winner.rates:
-        detail_head = ["rate", "good/s", "good", "done/s", "output tok/s", "TTFT ms p50 / p99",
-                       "TPOT ms p50 / p99", "in flight mean / max", "queued max",
-                       "notes"]  # fmt: skip
-        detail = [
-            [
-                _cell_num(f"{float(r['rate']):g}/s"),
-                _cell_num(_num(r.get("goodput"), 2)),
-                _cell_num(f"{r.get('good')}/{r.get('sent')}"),
-                _cell_num(_num(r.get("request_throughput"), 2)),
-                _cell_num(_num(r.get("output_throughput"))),
-                _cell_num(f"{_num(r.get('ttft_ms_p50'), 0)} / {_num(r.get('ttft_ms_p99'), 0)}"),
-                _cell_num(f"{_num(r.get('tpot_ms_p50'))} / {_num(r.get('tpot_ms_p99'))}"),
-                _cell_num(f"{_num(r.get('in_flight_mean'))} / {_num(r.get('in_flight_max'))}"),
-                _cell_num(_num(r.get("queued_max"))),
-                esc("; ".join(r.get("notes") or ())),
-            ]
-            for r in winner.rates
-        ]
-        body += (
-            f"<p>The best trial ({winner.number}) at each rate: queued is what was in flight "
-            "above the server's running-request slots, waiting rather than decoding.</p>"
-            + _table(detail_head, detail)
-        )
-    return _section("rates", "Goodput per rate", body)
-
-
-def _with_sd(value: Any, sd: Any) -> str:
-    """`3.84 ± 0.25`: a prediction with its standard deviation, when it has one."""
-    text = _num(value, 2)
-    return f"{text} ± {sd:.2f}" if isinstance(sd, (int, float)) and sd > 0 and text != "—" else text
-
-
-def _adaptive(page: Page) -> str:
-    rows = page.adaptive
-    if not rows:
-        return ""
-    names = {"static": "static", "adaptive": "adaptive (study)", "default": "SGLang default",
-             "exported": "exported"}  # fmt: skip
-    head = ["level", "static winner (steps)", "best adaptive trial (candidates)",
-            "SGLang's default adaptive", "exported adaptive", "best"]  # fmt: skip
-    body = []
-    for r in rows:
-        scored = {k: r[k] for k in names if r[k] is not None}
-        best = names[max(scored, key=lambda k: scored[k])] if scored else "—"
-        static = "—" if r["static"] is None else f"{_num(r['static'])} ({r['static_steps']})"
-        adaptive = (
-            "—" if r["adaptive"] is None else f"{_num(r['adaptive'])} ({r['adaptive_candidates']})"
-        )
-        body.append(
-            [
-                esc(f"c={r['concurrency']}"),
-                _cell_num(static),
-                _cell_num(adaptive),
-                _cell_num(_num(r["default"])),
-                _cell_num(_num(r["exported"])),
-                esc(best),
-            ]
-        )
-    intro = (
-        "<p>Output tok/s per concurrency level: the best static chain (topk 1) the study "
-        "measured there, the best adaptive trial, SGLang's built-in adaptive config, and the "
-        "config <code>autotune export-adaptive</code> built from the static winners (each "
-        "batch-size range runs its level's winner). Adaptive configs reserve memory for their "
-        "largest candidate, so they may run fewer requests at once.</p>"
-    )
-    export = page.adaptive_export or {}
-    probes = page.adaptive_probes or {}
-    extra = ""
-    if export.get("config"):
-        extra += "<p>Exported config:</p><pre>" + esc(json.dumps(export["config"])) + "</pre>"
-    for label, probe in probes.items():
-        extra += (
-            f"<p class=note>{esc(label)}: max_running_requests "
-            f"{esc(probe.get('max_running_requests'))}, value {_num(probe.get('value'))}"
-            + (f", {esc(probe.get('reason'))}" if probe.get("reason") else "")
-            + "</p>"
-        )
-    if not probes:
-        extra += (
-            "<p class=note>Run <code>autotune export-adaptive --measure</code> to measure the "
-            "exported config.</p>"
-        )
-    return _section(
-        "adaptive", "Static or adaptive speculation", intro + _table(head, body) + extra
-    )
+    return section("predictions", "Predicted before deploying", intro + table(head, body_rows))
 
 
 def _all_trials(page: Page) -> str:
@@ -732,43 +508,13 @@ def _all_trials(page: Page) -> str:
         rows.append(
             [
                 esc(t.number),
-                *[_cell_num(t.config.get(k, "")) for k in d.knobs],
-                *[_cell_num(_num(v)) for v in (t.values or [None] * len(d.metric_names))],
-                *[_cell_num(_num(t.throughput.get(c))) for c in d.concurrency],
-                _cell_num("—" if t.value_ci is None else f"{t.value_ci:.1%}"),
-                _cell_num(t.max_running_requests if t.max_running_requests is not None else "—"),
+                *[cell_num(t.config.get(k, "")) for k in d.knobs],
+                *[cell_num(num(v)) for v in (t.values or [None] * len(d.metric_names))],
+                *[cell_num(num(t.throughput.get(c))) for c in d.concurrency],
+                cell_num("—" if t.value_ci is None else f"{t.value_ci:.1%}"),
+                cell_num(t.max_running_requests if t.max_running_requests is not None else "—"),
                 _feasible_cell(t),
                 esc(", ".join(note)),
             ]
         )
-    return _section("trials", "All finished trials", _table(head, rows))
-
-
-def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    th = "".join(f"<th>{esc(h)}</th>" for h in head)
-    trs = "".join("<tr>" + "".join(_td(c) for c in row) + "</tr>" for row in rows)
-    return f"<table><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
-
-
-def _td(cell: str) -> str:
-    return cell if cell.startswith("<td") else f"<td>{cell}</td>"
-
-
-def _cell_num(value: Any) -> str:
-    return f'<td class="num">{esc(value)}</td>'
-
-
-def _config_text(config: Mapping[str, Any]) -> str:
-    return " ".join(f"{k.removeprefix('speculative_')}={v}" for k, v in config.items())
-
-
-def _num(value: Any, digits: int = 1) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return str(value)
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:+.1f} %"
+    return section("trials", "All finished trials", table(head, rows))

@@ -17,7 +17,7 @@ from autotune.engines import get_engine
 from autotune.engines.host import host_failure
 from autotune.errors import ConfigError, HostFailed
 from autotune.log import get
-from autotune.unit import reach, unitfile
+from autotune.unit import reach, unitfile, verify
 
 log = get("autotune")
 
@@ -44,7 +44,7 @@ def check_unit(
     sample = cfg.space.enumerate()[0].params
     unit_dir = str(cfg.target.unit_file.parent)
     patched = cfg.space.patch_unit(unit_text, sample, source=source, unit_dir=unit_dir)
-    problems = unitfile.verify_unit(patched, cfg.target.unit, check_executables=check_executables)
+    problems = verify.verify_unit(patched, cfg.target.unit, check_executables=check_executables)
     if problems:
         raise ConfigError(source, None, "systemd-analyze verify: " + problems[0])
     return current

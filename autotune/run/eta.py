@@ -21,15 +21,14 @@ from autotune.config import Config
 from autotune.engines import get_engine
 from autotune.errors import ConfigError
 from autotune.run import finalists
-from autotune.search import estimate, perf, pruning
+from autotune.search import estimate, perf, pruning, workers
 from autotune.search import study as st
 from autotune.unit import unitfile
 
 
 def of(cfg: Config, study: optuna.Study, *, live: bool | None = None) -> estimate.Estimate | None:
     if live is None:
-        workers = st.liveness(study, cfg)
-        live = any(not w.stale for w in workers)
+        live = any(not w.stale for w in workers.liveness(study, cfg))
     return estimate.of(
         study,
         cfg.study.n_trials,

@@ -27,7 +27,7 @@ from autotune.run.locking import server_lock
 from autotune.run.stopping import StopRequest, TrialInterrupted
 from autotune.run.trial import TrialPipeline, TrialResult
 from autotune.run.worker import POLL_S, Tally, Worker, confirm_crash
-from autotune.search import deployments
+from autotune.search import deployments, workers
 from autotune.search import study as st
 from autotune.store import storage
 from autotune.store.artifacts import artifact_store
@@ -127,7 +127,7 @@ def _run_with_deployer(
             study=cfg.study.name,
             storage=storage.redact(cfg.study.storage),
             finished=st.finished_count(study),
-            running=len(st.running_trials(study)),
+            running=len(workers.running_trials(study)),
             n_trials=total,
             space=f"{cfg.space_source} ({cfg.space.size()} configs)",
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from autotune.errors import (
     StudyStopped,
 )
 from autotune.log import get
+from autotune.run import level_log, trial_attrs
 from autotune.run.load_phase import measure_phase
 from autotune.run.measuring import Measuring
 from autotune.run.rates import measure_rates, rate_attrs
@@ -135,26 +135,44 @@ class TrialPipeline:
         `deployment` (unit text, companion files) replaces what `params` would deploy:
         a config outside the space, measured and checked as `params` says it runs.
         """
-        levels = self.cfg.benchmark.concurrency
         unit_text = self.unit_for(params) if deployment is None else deployment[0]
         attrs: dict[str, Any] = {records.WORKLOAD: self.workload.name}
         started = time.monotonic()
         log.info("deploying", target=self.deployer.description, flags=_flags_text(params, self.cfg))
         files = dict(self.files_for(params) if deployment is None else deployment[1])
-        attrs.update(_files_attrs(files))
+        attrs.update(trial_attrs.files(files))
+        try:
+            info = self._deploy(unit_text, files)
+        except ServerFailed as failed:
+            self.serving = None  # what runs there now is not a config that serves
+            return self._failed(failed, params, attrs, unit_text, "server failed")
+        info = self._inspect(params, info, attrs, started)
+        gated = self._gate(info, find_measured, attrs, unit_text)
+        if gated is not None:
+            return gated
+        try:
+            measured, verdict, rates = self._measure(info, plan, attrs)
+        except ServerFailed as failed:
+            # A server that refuses the workload's requests (a context too small) is up.
+            up = failed.kind == "context_too_small"
+            return self._failed(
+                failed, params, attrs, unit_text, "server failed during benchmark", up=up
+            )
+        return self._score(info, measured, verdict, rates, attrs, unit_text)
+
+    # -- the steps of a trial -------------------------------------------------------
+    def _deploy(self, unit_text: str, files: dict[str, str | None]) -> ServerInfo:
+        """Deploy, wait until the server is ready, and ask it what it runs."""
         self.serving = None
         self.deployer.deploy(unit_text, files)
         self.serving = (unit_text, files)
-        try:
-            self.wait_ready()
-            info = asyncio.run(self.engine.server_info(self.url, self._param_names(), self.api_key))
-        except ServerFailed as failed:
-            self.serving = None  # what runs there now is not a config that serves
-            self._not_the_configs_fault(failed, params)
-            attrs.update(_failure_attrs(failed.kind, failed.reason))
-            log.warning("server failed", kind=failed.kind, reason=failed.reason)
-            score = objective.unusable(self.cfg.objective, levels, server_up=False)
-            return self._result(score, attrs, unit_text)
+        self.wait_ready()
+        return asyncio.run(self.engine.server_info(self.url, self._param_names(), self.api_key))
+
+    def _inspect(
+        self, params: Params | None, info: ServerInfo, attrs: dict[str, Any], started: float
+    ) -> ServerInfo:
+        """What the ready server says it runs, checked against what the trial asked for."""
         attrs[records.STARTUP_S] = round(time.monotonic() - started, 1)
         # A record from the log lists only what differs from the server's defaults (vLLM's
         # non-default args): a flag written at its default value is not on it.
@@ -165,108 +183,117 @@ class TrialPipeline:
         if params is not None:
             self._check_reached(params, info, partial=partial)
         info = _with_logged_capacity(info, self.engine.capacity_from_log(self.deployer.logs()))
-        attrs.update(_info_attrs(info))
-        resolved = self._canonical({**(params or {}), **info.resolved})
-        attrs[records.RESOLVED] = resolved
+        attrs.update(trial_attrs.server(info))
+        attrs[records.RESOLVED] = self._canonical({**(params or {}), **info.resolved})
         log.info(
             "server ready",
             startup_s=attrs[records.STARTUP_S],
             max_running_requests=info.max_running_requests,
             max_total_num_tokens=info.max_total_num_tokens,
         )
+        return info
 
-        earlier = find_measured(resolved)
+    def _gate(
+        self, info: ServerInfo, find_measured: FindMeasured, attrs: dict[str, Any], unit: str
+    ) -> TrialResult | None:
+        """The result without a benchmark: the config was measured before under another
+        name, or the server runs too few requests at once; None to measure it."""
+        levels = self.cfg.benchmark.concurrency
+        earlier = find_measured(attrs[records.RESOLVED])
         if earlier is not None:
-            log.info("already measured", as_trial=earlier, resolved=resolved)
-            result = self._result(
-                objective.unusable(self.cfg.objective, levels, server_up=True), attrs, unit_text
-            )
+            log.info("already measured", as_trial=earlier, resolved=attrs[records.RESOLVED])
+            score = objective.unusable(self.cfg.objective, levels, server_up=True)
+            result = self._result(score, attrs, unit)
             result.reused_from = earlier
             return result
-
         violation = objective.capacity_violation(self.cfg.objective, info.max_running_requests)
-        if violation > 0:
-            reason = (
-                f"max_running_requests {info.max_running_requests} is below the required "
-                f"{self.cfg.objective.constraints.min_running_requests}"
-            )
-            attrs.update(_failure_attrs("capacity", reason))
-            log.info("infeasible: not benchmarked", reason=reason)
-            score = objective.unusable(
-                self.cfg.objective,
-                levels,
-                server_up=True,
-                max_running_requests=info.max_running_requests,
-            )
-            return self._result(score, attrs, unit_text)
+        if violation <= 0:
+            return None
+        reason = (
+            f"max_running_requests {info.max_running_requests} is below the required "
+            f"{self.cfg.objective.constraints.min_running_requests}"
+        )
+        attrs.update(trial_attrs.failure("capacity", reason))
+        log.info("infeasible: not benchmarked", reason=reason)
+        score = objective.unusable(
+            self.cfg.objective,
+            levels,
+            server_up=True,
+            max_running_requests=info.max_running_requests,
+        )
+        return self._result(score, attrs, unit)
 
+    def _measure(
+        self, info: ServerInfo, plan: LevelPlan | None, attrs: dict[str, Any]
+    ) -> tuple[dict[int, bench.LevelResult], Verdict | None, list[RateResult]]:
+        """The levels (in the plan's order, perhaps stopped early), then the open-loop rates
+        and the changing-load phase of a trial that was not."""
         # One deck for the trial: no level repeats a prompt a warm-up or an earlier level sent.
         deck = bench.PromptDeck(self.workload.prompts)
+        levels = self.cfg.benchmark.concurrency
+        measured, verdict = self._benchmark(info, plan or LevelPlan(levels), deck)
         rates: list[RateResult] = []
-        try:
-            measured_levels, verdict = self._benchmark(info, plan or LevelPlan(levels), deck)
-            if verdict is None and self.cfg.benchmark.request_rate:
-                rates = measure_rates(self._measuring(), info, deck, self._check_alive)
-            if verdict is None and self.load_phase:
-                fixed = {c: r.output_throughput for c, r in measured_levels.items()}
-                phase = measure_phase(self._measuring(), info, deck, fixed)
-                self._check_alive()
-                attrs[records.LOAD_PHASE] = phase.to_dict()
-        except ServerFailed as failed:
-            self._not_the_configs_fault(failed, params)
-            attrs.update(_failure_attrs(failed.kind, failed.reason))
-            log.warning("server failed during benchmark", kind=failed.kind, reason=failed.reason)
-            # A server that refuses the workload's requests (a context too small) is up.
-            up = failed.kind == "context_too_small"
-            score = objective.unusable(self.cfg.objective, levels, server_up=up)
-            return self._result(score, attrs, unit_text)
+        if verdict is None and self.cfg.benchmark.request_rate:
+            rates = measure_rates(self._measuring(), info, deck, self._check_alive)
+        if verdict is None and self.load_phase:
+            fixed = {c: r.output_throughput for c, r in measured.items()}
+            phase = measure_phase(self._measuring(), info, deck, fixed)
+            self._check_alive()
+            attrs[records.LOAD_PHASE] = phase.to_dict()
+        return measured, verdict, rates
+
+    def _score(
+        self,
+        info: ServerInfo,
+        measured: dict[int, bench.LevelResult],
+        verdict: Verdict | None,
+        rates: list[RateResult],
+        attrs: dict[str, Any],
+        unit: str,
+    ) -> TrialResult:
+        """The levels as the study records them, and the objective's score of them."""
+        levels = self.cfg.benchmark.concurrency
         # The one place levels become rows: the study's record and the objective read these.
-        results = {c: r.to_dict() for c, r in measured_levels.items()}
+        results = {c: r.to_dict() for c, r in measured.items()}
         per_level = [results[c] for c in levels if c in results]
-        attrs[records.LEVELS] = per_level
-        for r in per_level:
-            c = r["concurrency"]
-            attrs[records.at(records.OUTPUT_TOK_S_AT, c)] = round(float(r["output_throughput"]), 2)
-            if r.get("accept_length") is not None:
-                attrs[records.at(records.ACCEPT_LENGTH_AT, c)] = r["accept_length"]
-            for prefix, key in _LATENCY_ATTRS:
-                if r.get(key) is not None:
-                    attrs[records.at(prefix, c)] = round(float(r[key]), 2)
         # What the adaptive stopping rule saved against always running max_duration.
         longest = self.cfg.benchmark.max_duration * info.time_scale  # in the levels' units
-        attrs[records.ADAPTIVE_SAVED_S] = round(
-            sum(max(0.0, longest - r["window_s"]) for r in per_level), 1
-        )
-        attrs[records.DEGENERATE_SHARE] = round(max(r["degenerate_share"] for r in per_level), 3)
-        accepts = [r["accept_length"] for r in per_level if r.get("accept_length")]
-        if accepts:
-            attrs[records.ACCEPT_LENGTH] = round(sum(accepts) / len(accepts), 3)
-        shares = [r["draft_acceptance"] for r in per_level if r.get("draft_acceptance") is not None]
-        if shares:
-            attrs[records.DRAFT_ACCEPTANCE] = round(sum(shares) / len(shares), 4)
-        attrs.update(_uncertainty_attrs(self.cfg, per_level))
-        attrs.update(_judged_attrs(self.cfg, [r["concurrency"] for r in per_level], results))
+        attrs.update(trial_attrs.levels(per_level, longest))
+        attrs.update(trial_attrs.uncertainty(self.cfg, per_level))
+        attrs.update(trial_attrs.judged(self.cfg, [r["concurrency"] for r in per_level], results))
         if rates:
             attrs.update(rate_attrs(rates))
+        running = info.max_running_requests
         if verdict is not None:
             # The constraints of the levels measured; the value is the verdict's estimate.
             attrs[PRUNED] = verdict.attrs()
-            measured = [c for c in levels if c in results]
-            score = objective.score(
-                self.cfg.objective, measured, results, info.max_running_requests
-            )
+            scored = [c for c in levels if c in results]
+            score = objective.score(self.cfg.objective, scored, results, running)
         else:
-            score = objective.score(
-                self.cfg.objective,
-                levels,
-                results,
-                info.max_running_requests,
-                [r.to_dict() for r in rates],
-            )
-        result = self._result(score, attrs, unit_text)
+            rows = [r.to_dict() for r in rates]
+            score = objective.score(self.cfg.objective, levels, results, running, rows)
+        result = self._result(score, attrs, unit)
         result.levels = per_level
         result.pruned = verdict is not None
         return result
+
+    def _failed(
+        self,
+        failed: ServerFailed,
+        params: Params | None,
+        attrs: dict[str, Any],
+        unit: str,
+        event: str,
+        *,
+        up: bool = False,
+    ) -> TrialResult:
+        """A server that failed this config: an infeasible result, unless the failure is
+        the host's or the build's (then the study stops instead)."""
+        self._not_the_configs_fault(failed, params)
+        attrs.update(trial_attrs.failure(failed.kind, failed.reason))
+        log.warning(event, kind=failed.kind, reason=failed.reason)
+        score = objective.unusable(self.cfg.objective, self.cfg.benchmark.concurrency, server_up=up)
+        return self._result(score, attrs, unit)
 
     # -- stages ------------------------------------------------------------------
     def _measuring(self) -> Measuring:
@@ -328,76 +355,23 @@ class TrialPipeline:
     def _benchmark(
         self, info: ServerInfo, plan: LevelPlan, deck: bench.PromptDeck
     ) -> tuple[dict[int, bench.LevelResult], Verdict | None]:
+        """The levels in the plan's order, until one shows the config cannot win."""
         b = self.cfg.benchmark
         results: dict[int, bench.LevelResult] = {}
         if plan.levels != tuple(b.concurrency):
             log.info("levels in the order most likely to settle this config", order=plan.levels)
         for i, c in enumerate(plan.levels, 1):
             self.stop.check()  # a stop lets the running level finish, never starts the next
-            settings = bench.LevelSettings(
-                concurrency=c,
-                min_duration_s=b.min_duration,
-                max_duration_s=b.max_duration,
-                ci_width=b.ci_width,
-                server_slots=info.max_running_requests,
-                **({"warmup_requests": b.warmup_requests} if b.warmup_requests is not None else {}),
-            )
-            log_before = len(self.deployer.logs())
-            note = _progress_logger(i, len(b.concurrency), c, info.time_scale)
-            measured = {k: r.output_throughput for k, r in results.items()}
-            give_up = plan.give_up(c, measured)
-            if give_up is not None:
-                give_up.time_scale = info.time_scale
-            row = self._measure_level(settings, note, log_before, deck, give_up, info.time_scale)
-            value = row.output_throughput
-            if give_up is not None and give_up.verdict is not None and row.cut_short:
-                results[c] = row
-                return results, self._log_pruned(
-                    give_up.verdict, plan, results, "its window so far"
-                )
-            if not row.ci_target_met and b.ci_width is not None:
-                sd = {c: row.ci_halfwidth / 1.96}
-                early = plan.verdict({**measured, c: value}, sd)
-                if early is not None:
-                    results[c] = row
-                    return results, self._log_pruned(
-                        early, plan, results, "one run, before a second"
-                    )
-                # Extended to max_duration and still too noisy: measure it once more and
-                # pool the two (a stall of the host rarely hits both).
-                log.info(
-                    "level missed its confidence target: measuring it again",
-                    concurrency=c,
-                    ci=_pm(row.ci_halfwidth, b.ci_width),
-                    target=_pm(b.ci_width),
-                )
-                self.stop.check()
-                again = self._measure_level(
-                    settings, note, len(self.deployer.logs()), deck, time_scale=info.time_scale
-                )
-                row = pool_levels(row, again, b.ci_width)
-            close = self._close_calls(c, row)
-            if close and not row.attempt_throughputs:
-                # A constraint that may or may not hold on this many requests: more of them,
-                # rather than a verdict decided by chance.
-                log.info(
-                    "constraint too close to call: measuring the level again",
-                    concurrency=c,
-                    **{j.key: _interval_text(j) for j in close},
-                )
-                self.stop.check()
-                again = self._measure_level(
-                    settings, note, len(self.deployer.logs()), deck, time_scale=info.time_scale
-                )
-                why = "a constraint was too close to call (" + ", ".join(j.key for j in close) + ")"
-                row = pool_levels(row, again, b.ci_width, why)
+            row, early = self._level(i, c, info, plan, deck, results)
             results[c] = row
+            if early is not None:
+                return results, self._log_pruned(early[0], plan, results, early[1])
             log.info(
                 "level done",
                 level=f"{i}/{len(b.concurrency)}",
                 concurrency=c,
                 output_tok_s=round(row.output_throughput, 1),
-                ci=_pm(row.ci_halfwidth),
+                ci=level_log.pm(row.ci_halfwidth),
                 **({"uncertain": True} if not row.ci_target_met else {}),
                 requests=row.requests,
                 accept_length=row.accept_length,
@@ -414,6 +388,75 @@ class TrialPipeline:
             if verdict is not None:
                 return results, self._log_pruned(verdict, plan, results, "after the level")
         return results, None
+
+    def _level(
+        self,
+        i: int,
+        c: int,
+        info: ServerInfo,
+        plan: LevelPlan,
+        deck: bench.PromptDeck,
+        results: Mapping[int, bench.LevelResult],
+    ) -> tuple[bench.LevelResult, tuple[Verdict, str] | None]:
+        """One level: its window, cut short once it shows the config cannot win; measured
+        again when it missed its confidence target (unless that one run already tells) or
+        left a constraint too close to call. With the verdict and when, if it stopped."""
+        b = self.cfg.benchmark
+        settings = bench.LevelSettings(
+            concurrency=c,
+            min_duration_s=b.min_duration,
+            max_duration_s=b.max_duration,
+            ci_width=b.ci_width,
+            server_slots=info.max_running_requests,
+            **({"warmup_requests": b.warmup_requests} if b.warmup_requests is not None else {}),
+        )
+        log_before = len(self.deployer.logs())
+        note = level_log.logger(i, len(b.concurrency), c, info.time_scale)
+        measured = {k: r.output_throughput for k, r in results.items()}
+        give_up = plan.give_up(c, measured)
+        if give_up is not None:
+            give_up.time_scale = info.time_scale
+        row = self._measure_level(settings, note, log_before, deck, give_up, info.time_scale)
+        if give_up is not None and give_up.verdict is not None and row.cut_short:
+            return row, (give_up.verdict, "its window so far")
+        if not row.ci_target_met and b.ci_width is not None:
+            sd = {c: row.ci_halfwidth / 1.96}
+            early = plan.verdict({**measured, c: row.output_throughput}, sd)
+            if early is not None:
+                return row, (early, "one run, before a second")
+            # Extended to max_duration and still too noisy: measure it once more and
+            # pool the two (a stall of the host rarely hits both).
+            log.info(
+                "level missed its confidence target: measuring it again",
+                concurrency=c,
+                ci=level_log.pm(row.ci_halfwidth, b.ci_width),
+                target=level_log.pm(b.ci_width),
+            )
+            row = pool_levels(row, self._again(settings, note, deck, info), b.ci_width)
+        close = self._close_calls(c, row)
+        if close and not row.attempt_throughputs:
+            # A constraint that may or may not hold on this many requests: more of them,
+            # rather than a verdict decided by chance.
+            log.info(
+                "constraint too close to call: measuring the level again",
+                concurrency=c,
+                **{j.key: level_log.interval_text(j) for j in close},
+            )
+            why = "a constraint was too close to call (" + ", ".join(j.key for j in close) + ")"
+            row = pool_levels(row, self._again(settings, note, deck, info), b.ci_width, why)
+        return row, None
+
+    def _again(
+        self,
+        settings: bench.LevelSettings,
+        note: Callable[[dict[str, Any]], None],
+        deck: bench.PromptDeck,
+        info: ServerInfo,
+    ) -> bench.LevelResult:
+        """A second run of a level, to pool with the first."""
+        self.stop.check()
+        logs = len(self.deployer.logs())
+        return self._measure_level(settings, note, logs, deck, time_scale=info.time_scale)
 
     def _close_calls(self, c: int, row: bench.LevelResult) -> list[objective.Judged]:
         judged = objective.judged(self.cfg.objective, [c], {c: row.to_dict()})
@@ -589,20 +632,6 @@ class TrialPipeline:
         )
 
 
-#: Per-level latencies as flat user attributes (`ttft_p99_ms@c16`): optuna-dashboard can
-#: sort and filter trials by them, and cuts the `levels` JSON at 1024 characters.
-_LATENCY_ATTRS = (
-    (records.TTFT_P50_MS_AT, "ttft_ms_p50"),
-    (records.TTFT_P99_MS_AT, "ttft_ms_p99"),
-    (records.ITL_P50_MS_AT, "itl_ms_p50"),
-)
-
-
-def _files_attrs(files: Mapping[str, str | None]) -> dict[str, Any]:
-    """The companion files as the trial's record shows them (the text, or absent)."""
-    return {records.FILES: dict(files)} if files else {}
-
-
 def _with_logged_capacity(info: ServerInfo, logged: tuple[int | None, int | None]) -> ServerInfo:
     """Older SGLang builds report the configured max_running_requests over HTTP even when
     memory allowed fewer; the scheduler's startup line has the real cap. Trust the lower."""
@@ -616,81 +645,10 @@ def _with_logged_capacity(info: ServerInfo, logged: tuple[int | None, int | None
     return info
 
 
-def _uncertainty_attrs(cfg: Config, per_level: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each level's confidence interval, the levels that missed the target even after a
-    second measurement, and the objective value's own relative 95 % half-width.
-
-    The value's interval is propagated from the levels': a geometric mean of n levels
-    has a relative error of sqrt(sum(rel_i^2)) / n.
-    """
-    attrs: dict[str, Any] = {}
-    rel: dict[int, float] = {}
-    for r in per_level:
-        c = r["concurrency"]
-        hw = r.get("ci_halfwidth")
-        if isinstance(hw, (int, float)) and math.isfinite(hw):
-            rel[c] = float(hw)
-            attrs[records.at(records.CI_AT, c)] = round(float(hw), 4)
-    if cfg.benchmark.ci_width is not None:
-        missed = [r["concurrency"] for r in per_level if not r["ci_target_met"]]
-        attrs[records.UNCERTAIN_LEVELS] = missed
-    if cfg.objective.mode == "single" and cfg.objective.level in rel:
-        attrs[records.VALUE_CI] = round(rel[cfg.objective.level], 4)
-    elif cfg.objective.mode == "geomean" and len(rel) == len(per_level) and rel:
-        attrs[records.VALUE_CI] = round(math.sqrt(sum(v * v for v in rel.values())) / len(rel), 4)
-    return attrs
-
-
-def _judged_attrs(
-    cfg: Config, levels: list[int], results: dict[int, dict[str, Any]]
-) -> dict[str, Any]:
-    """Each constraint with its interval and chance of holding; the trial's chance of being
-    feasible by them; the constraints still too close to call after a second measurement."""
-    judged = objective.judged(cfg.objective, levels, results)
-    if not judged:
-        return {}
-    return {
-        records.CONSTRAINTS_JUDGED: {k: j.attrs() for k, j in judged.items()},
-        records.FEASIBLE_P: round(math.prod(j.p_holds for j in judged.values()), 4),
-        records.CLOSE_CONSTRAINTS: [k for k, j in judged.items() if j.close],
-    }
-
-
-def _interval_text(j: objective.Judged) -> str:
-    if j.low is None or j.high is None:
-        return f"{j.value:.3g} (limit {j.limit:g})"
-    return f"{j.value:.3g} in [{j.low:.3g}, {j.high:.3g}] (limit {j.limit:g})"
-
-
-def _info_attrs(info: ServerInfo) -> dict[str, Any]:
-    return {
-        records.MAX_RUNNING_REQUESTS: info.max_running_requests,
-        records.MAX_TOTAL_NUM_TOKENS: info.max_total_num_tokens,
-        records.SERVER_VERSION: info.version,
-        # A sped-up rehearsal says so on every trial it measured (the report repeats it).
-        **({records.REHEARSAL_SPEEDUP: info.time_scale} if info.time_scale != 1.0 else {}),
-    }
-
-
-def _failure_attrs(kind: str, reason: str) -> dict[str, Any]:
-    return {records.FAILURE: kind, records.REASON: reason}
-
-
 def _flags_text(params: Params | None, cfg: Config) -> str:
     if params is None:
         return "(unit file as is)"
     return cfg.space.describe(params)
-
-
-def _pm(share: float | None, beside: float | None = None) -> str:
-    """`±2.1%`; with the digits that tell it from `beside` when one decimal would not (a
-    half-width of 2.04 % missed a ±2.0 % target: `±2.04%`)."""
-    if share is None:
-        return "±?"
-    digits = 1
-    while beside is not None and digits < 4 and f"{share:.{digits}%}" == f"{beside:.{digits}%}":
-        digits += 1
-    return f"±{share:.{digits}%}"
 
 
 def _trace(cfg: Config) -> Trace | None:
@@ -716,36 +674,6 @@ def _last_error(text: str) -> str:
         if "Error" in line or "error" in line or "Killed" in line:
             return line.strip()[-300:]
     return "the server process exited"
-
-
-_PROGRESS_KEYS = ("phase", "elapsed_s", "window_s", "requests", "errors", "tok_s", "ci")
-
-
-def _progress_logger(
-    i: int, n: int, c: int, time_scale: float = 1.0
-) -> Callable[[dict[str, Any]], None]:
-    """The level's progress: on the status line (a terminal), else a log line every 2 s
-    (tok/s in real-server units, a rehearsal's speed-up taken out)."""
-    last = [0.0]
-    alog.progress(level=f"level {i}/{n} (c={c})", tok_s=None)
-
-    def note(p: dict[str, Any]) -> None:
-        tok_s = p.get("tok_s")
-        if isinstance(tok_s, (int, float)):
-            p = {**p, "tok_s": round(tok_s / time_scale, 1)}
-            tok_s = p["tok_s"]
-        phase = p.get("phase")
-        alog.progress(
-            level=f"level {i}/{n} (c={c}{f', {phase}' if phase else ''})",
-            tok_s=f"{tok_s:.0f} tok/s" if isinstance(tok_s, (int, float)) else None,
-        )
-        now = time.monotonic()
-        if not alog.live() and now - last[0] >= 2.0:
-            last[0] = now
-            shown = {k: v for k, v in p.items() if k in _PROGRESS_KEYS and v is not None}
-            log.info("benchmarking", level=f"{i}/{n}", concurrency=c, **shown)
-
-    return note
 
 
 __all__ = ["Failure", "FindMeasured", "TrialPipeline", "TrialResult"]

@@ -34,9 +34,10 @@ from autotune.errors import DeployError, HostFailed, StudyStopped, UnitDoesNotSe
 from autotune.log import get
 from autotune.run.stopping import StopRequest, TrialInterrupted
 from autotune.run.trial import FindMeasured, TrialResult
-from autotune.search import capacity, pruning, records
+from autotune.search import capacity, pruning, records, workers
 from autotune.search import study as st
 from autotune.search.pruning import LevelPlan
+from autotune.space import Params
 from autotune.store import optuna_private
 from autotune.store.artifacts import upload_trial
 from autotune.store.optuna_private import ArtifactStore
@@ -183,6 +184,21 @@ class Worker:
     # -- one trial ----------------------------------------------------------------------
     def trial(self, p: st.Proposal) -> Outcome:
         """From a proposal to a result in the study; returns what happened to it."""
+        self._announce(p)
+        if p.params is not None:
+            answered = self._answered_without_deploying(p.trial, p.params)
+            if answered is not None:
+                return answered
+        result = self._measured(p.trial, p.params)
+        if result is None:
+            return Outcome.INTERRUPTED
+        if p.baseline:
+            self._baseline_served(p.trial, result)
+        if result.reused_from is not None:
+            return self._reused_after_deploy(p.trial, result, result.reused_from)
+        return self._recorded(p.trial, p.params, result)
+
+    def _announce(self, p: st.Proposal) -> None:
         trial, params = p.trial, p.params
         log.info(
             f"trial {p.position} of {self.cfg.study.n_trials}",
@@ -197,24 +213,34 @@ class Worker:
             level=None,
             tok_s=None,
         )
-        if params is not None:
-            earlier = self.db(lambda: self._measured_or_measuring(params, trial.number))
-            if earlier is not None:
-                frozen = self.db(lambda: st.record_reuse(self.study, trial, earlier[0]))
-                log.info(
-                    "same config as an earlier trial: result reused",
-                    trial=trial.number,
-                    reused_from=earlier[0],
-                    value=_fmt(frozen.values),
-                )
-                return earlier[1]
-            predicted = self.db(lambda: capacity.below_floor(self.cfg, self.study, params))
-            if predicted is not None:
-                return self._record_predicted(trial, params, predicted)
+
+    def _answered_without_deploying(self, trial: optuna.Trial, params: Params) -> Outcome | None:
+        """A config measured (or being measured) under another trial, or one predicted short
+        of the floor: recorded without a deployment. None: deploy it."""
+        earlier = self.db(lambda: self._measured_or_measuring(params, trial.number))
+        if earlier is not None:
+            frozen = self.db(lambda: st.record_reuse(self.study, trial, earlier[0]))
+            log.info(
+                "same config as an earlier trial: result reused",
+                trial=trial.number,
+                reused_from=earlier[0],
+                value=_fmt(frozen.values),
+            )
+            return earlier[1]
+        predicted = self.db(lambda: capacity.below_floor(self.cfg, self.study, params))
+        if predicted is not None:
+            return self._record_predicted(trial, params, predicted)
+        return None
+
+    def _measured(self, trial: optuna.Trial, params: Params | None) -> TrialResult | None:
+        """The config deployed and measured (None: interrupted, its config queued again).
+        Whatever else stops it marks the trial failed with its kind, then propagates."""
         try:
             plan = self.db(lambda: pruning.plan(self.cfg, self.study, params))
-            with st.heartbeat(self.study, trial), st.progress_record(trial, alog.progress_text):
-                result = confirm_crash(self.measure)(
+            alive = workers.heartbeat(self.study, trial)
+            shown = workers.progress_record(trial, alog.progress_text)
+            with alive, shown:
+                return confirm_crash(self.measure)(
                     params, lambda c: st.find_measured(self.study, c), plan
                 )
         except TrialInterrupted as stopped:
@@ -222,7 +248,7 @@ class Worker:
             log.warning(
                 "trial interrupted: not recorded, its config is queued again", trial=trial.number
             )
-            return Outcome.INTERRUPTED
+            return None
         except DeployError as err:
             self._fail(trial, "infrastructure", str(err))
             raise
@@ -240,20 +266,24 @@ class Worker:
         except Exception as exc:
             self._fail(trial, "internal_error", repr(exc))
             raise
-        if p.baseline:
-            self._baseline_served(trial, result)
-        source = result.reused_from
-        if source is not None:
-            result.attrs.pop("feasible", None)
-            for key, value in result.attrs.items():
-                self.db(lambda k=key, v=value: trial.set_user_attr(k, v))
-            self.db(lambda: st.record_reuse(self.study, trial, source))
-            log.info(
-                "server resolved it to an earlier trial's config: result reused",
-                trial=trial.number,
-                reused_from=source,
-            )
-            return Outcome.REUSED_AFTER_DEPLOY
+
+    def _reused_after_deploy(
+        self, trial: optuna.Trial, result: TrialResult, source: int
+    ) -> Outcome:
+        """The server resolved the config to one an earlier trial measured."""
+        result.attrs.pop("feasible", None)
+        for key, value in result.attrs.items():
+            self.db(lambda k=key, v=value: trial.set_user_attr(k, v))
+        self.db(lambda: st.record_reuse(self.study, trial, source))
+        log.info(
+            "server resolved it to an earlier trial's config: result reused",
+            trial=trial.number,
+            reused_from=source,
+        )
+        return Outcome.REUSED_AFTER_DEPLOY
+
+    def _recorded(self, trial: optuna.Trial, params: Params | None, result: TrialResult) -> Outcome:
+        """The result in the study and its artifacts; the model's best updated."""
         upload_trial(
             self.artifacts,
             trial,
@@ -386,7 +416,7 @@ class Worker:
             try:
                 return action()
             except DATABASE_ERRORS as err:
-                db = st.rdb(self.study)
+                db = workers.rdb(self.study)
                 if db is None:
                     raise
                 wait_for_database(

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from autotune.engines import sglang_facts
-from autotune.sim import httpio, model
+from autotune.sim import httpio, lengths
 from autotune.sim.engine import Engine, Req
 from autotune.sim.text import TextSource
 
@@ -216,7 +216,7 @@ def make_request(engine: Engine, params: GenParams, sink: Any, *, client: bool =
     if params.ignore_eos:
         target, by_eos = max_new, False
     else:
-        target = model.sample_output_length(engine.rng.random(), "natural", max_new)
+        target = lengths.sample_output_length(engine.rng.random(), "natural", max_new)
         by_eos = target < max_new
     rid = engine.new_id()
     return Req(

@@ -317,6 +317,19 @@ def parse(argv: list[str]) -> SimArgs:
             top[key] = converted
     if predict and not predict_mode:
         raise ArgError(f"{'/'.join('--' + k.replace('_', '-') for k in predict)} need --predict")
+    return _checked(top, launch, sim, predict if predict_mode else None, ignored, want_help, argv)
+
+
+def _checked(
+    top: dict[str, Any],
+    launch: dict[str, Any],
+    sim: dict[str, Any],
+    predict: dict[str, Any] | None,
+    ignored: list[str],
+    want_help: bool,
+    argv: list[str],
+) -> SimArgs:
+    """The parsed flags checked as a whole and read where SGLang reads them at launch."""
     port = top.get("port", 30000)
     if not 0 <= port <= 65535:
         raise ArgError(f"argument --port: {port} is not a TCP port")
@@ -331,7 +344,7 @@ def parse(argv: list[str]) -> SimArgs:
     return SimArgs(
         launch=model.Launch(**launch),
         sim=SimOptions(**sim),
-        predict=PredictOptions(**predict) if predict_mode else None,
+        predict=PredictOptions(**predict) if predict is not None else None,
         ignored=tuple(ignored),
         help=want_help,
         argv=tuple(argv),

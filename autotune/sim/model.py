@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from autotune.engines import sglang_facts
 from autotune.search.perf.acceptance import tree_accept_dist
-from autotune.sim import adaptive
+from autotune.sim import adaptive, lengths, refusals
 from autotune.sim.profiles import Acceptance, Profile
+from autotune.sim.refusals import Refusal
 
 GiB = float(1 << 30)
 SPEC_DEFAULT_MAX_RUNNING = 48
@@ -36,9 +37,6 @@ MAX_PREFILL_TOKENS = 16384
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 ALGORITHMS = sglang_facts.ALGORITHMS
 WORKLOADS = ("greedy", "natural")
-# Natural replies end at EOS: a log-normal length (median, sigma), cut at max_tokens.
-NATURAL_MEDIAN_TOKENS = 180.0
-NATURAL_SIGMA = 0.85
 
 DRAFT_ADJUSTED_WARNING = sglang_facts.DRAFT_ADJUSTED_WARNING.text
 MAX_RUNNING_RESET_WARNING = sglang_facts.MAX_RUNNING_RESET_WARNING.text
@@ -47,7 +45,6 @@ NON_OVERLAP_WARNING = (
     "Non-overlap (synchronous) spec v2 is used for eagle/eagle3/standalone speculative decoding."
 )
 MAMBA_CAP_WARNING = sglang_facts.MAMBA_CAP_WARNING.text
-OOM_MESSAGE = sglang_facts.OOM_MESSAGES[0].text
 ADAPTIVE_DISABLED_WARNING = (
     "speculative_adaptive disabled: {reason}. Falling back to static speculative params."
 )
@@ -163,20 +160,6 @@ class Resolved:
     """Lines the memory pools print once the weights are loaded (the mamba cap)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Refusal:
-    """A config the server refuses; `stage` says when in the startup it dies."""
-
-    stage: str  # "args" (before loading) | "memory" (KV allocation) | "graph" (capture)
-    exception: str  # e.g. "AssertionError", "RuntimeError"
-    message: str
-    frames: tuple[tuple[str, str], ...] = field(default=())  # (location, code) traceback tail
-
-    @property
-    def reason(self) -> str:
-        return f"{self.exception}: {self.message}" if self.message else self.exception
-
-
 # -- launch -> resolved -------------------------------------------------------
 def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
     """Apply SGLang's argument rules and size the memory pools, or refuse."""
@@ -187,13 +170,12 @@ def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
     max_running = launch.max_running_requests
     config: adaptive.Config | None = None
     ngram: Ngram | None = None
-    overlap = False
     if algorithm is not None and algorithm not in ALGORITHMS:
         return Refusal(
             "args",
             "ValueError",
             sglang_facts.UNKNOWN_ALGORITHM.text.format(algorithm),
-            _ALGORITHM_FRAMES,
+            refusals.ALGORITHM_FRAMES,
         )
     if algorithm == "NEXTN":
         algorithm = "EAGLE"
@@ -213,70 +195,104 @@ def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
             warnings.insert(0, MAX_RUNNING_RESET_WARNING)
         reserve = spec
     elif algorithm is not None:
-        steps = launch.speculative_num_steps
-        topk = launch.speculative_eagle_topk
-        draft = launch.speculative_num_draft_tokens
-        if adaptive_on:
-            loaded = _adaptive_config(launch)
-            if isinstance(loaded, Refusal):
-                return loaded
-            config = loaded
-            union = config.union
-            if steps is None:
-                # SGLang starts in the middle candidate, as a chain.
-                steps = union[len(union) // 2]
-                topk, draft = 1, steps + 1
-            elif steps not in union:
-                return Refusal(
-                    "args",
-                    "ValueError",
-                    f"--speculative-num-steps={steps} is not in the adaptive config "
-                    f"candidate_steps {list(union)}. Pass one of those values.",
-                    _ADAPTIVE_FRAMES,
-                )
+        knobs = _eagle(launch, adaptive_on, warnings)
+        if isinstance(knobs, Refusal):
+            return knobs
+        spec, reserve, config, max_running = knobs
+    return _sized(
+        profile, launch, _Chosen(algorithm, spec, reserve, config, ngram), max_running, warnings
+    )
+
+
+@dataclass(frozen=True)
+class _Chosen:
+    """What the argument rules settled on, before the memory pools are sized."""
+
+    algorithm: str | None
+    spec: Spec
+    reserve: Spec
+    adaptive: adaptive.Config | None
+    ngram: Ngram | None
+
+
+def _eagle(
+    launch: Launch, adaptive_on: bool, warnings: list[str]
+) -> tuple[Spec, Spec, adaptive.Config | None, int | None] | Refusal:
+    """EAGLE's knobs as SGLang settles them (auto choices, the chain rule, an adaptive
+    start), what memory is reserved for, and the running cap; or its refusal."""
+    steps = launch.speculative_num_steps
+    topk = launch.speculative_eagle_topk
+    draft = launch.speculative_num_draft_tokens
+    config: adaptive.Config | None = None
+    if adaptive_on:
+        loaded = _adaptive_config(launch)
+        if isinstance(loaded, Refusal):
+            return loaded
+        config = loaded
+        union = config.union
         if steps is None:
-            if topk is not None or draft is not None:
-                return _assertion()
-            steps, topk, draft = AUTO_KNOBS
-        if topk is None or draft is None:
-            # SGLang fills a missing knob from its auto choice before the checks.
-            topk = AUTO_KNOBS[1] if topk is None else topk
-            draft = steps + 1 if draft is None else draft
-        for name, v in (
-            ("speculative_num_steps", steps),
-            ("speculative_eagle_topk", topk),
-            ("speculative_num_draft_tokens", draft),
-        ):
-            if v < 1:
-                return Refusal("args", "ValueError", f"{name} must be positive, got {v}")
-        if max_running is None:
-            max_running = SPEC_DEFAULT_MAX_RUNNING
-            warnings.append(MAX_RUNNING_RESET_WARNING)
-        if launch.disable_overlap_schedule:
-            warnings.append(NON_OVERLAP_WARNING)
-        if topk == 1 and draft != steps + 1:
-            warnings.append(DRAFT_ADJUSTED_WARNING)
-            draft = steps + 1
-        spec = Spec(steps, topk, draft)
-        reserve = spec
-        if config is not None:
-            top = max(config.union)
-            reserve = chain(top) if top > steps else spec
-    overlap = spec.on and not launch.disable_overlap_schedule
+            # SGLang starts in the middle candidate, as a chain.
+            steps = union[len(union) // 2]
+            topk, draft = 1, steps + 1
+        elif steps not in union:
+            return Refusal(
+                "args",
+                "ValueError",
+                f"--speculative-num-steps={steps} is not in the adaptive config "
+                f"candidate_steps {list(union)}. Pass one of those values.",
+                refusals.ADAPTIVE_FRAMES,
+            )
+    if steps is None:
+        if topk is not None or draft is not None:
+            return refusals.assertion()
+        steps, topk, draft = AUTO_KNOBS
+    if topk is None or draft is None:
+        # SGLang fills a missing knob from its auto choice before the checks.
+        topk = AUTO_KNOBS[1] if topk is None else topk
+        draft = steps + 1 if draft is None else draft
+    for name, v in (
+        ("speculative_num_steps", steps),
+        ("speculative_eagle_topk", topk),
+        ("speculative_num_draft_tokens", draft),
+    ):
+        if v < 1:
+            return Refusal("args", "ValueError", f"{name} must be positive, got {v}")
+    max_running = launch.max_running_requests
+    if max_running is None:
+        max_running = SPEC_DEFAULT_MAX_RUNNING
+        warnings.append(MAX_RUNNING_RESET_WARNING)
+    if launch.disable_overlap_schedule:
+        warnings.append(NON_OVERLAP_WARNING)
+    if topk == 1 and draft != steps + 1:
+        warnings.append(DRAFT_ADJUSTED_WARNING)
+        draft = steps + 1
+    spec = Spec(steps, topk, draft)
+    reserve = spec
+    if config is not None:
+        top = max(config.union)
+        reserve = chain(top) if top > steps else spec
+    return spec, reserve, config, max_running
+
+
+def _sized(
+    profile: Profile, launch: Launch, chosen: _Chosen, max_running: int | None, warnings: list[str]
+) -> Resolved | Refusal:
+    """The memory pools for what was chosen, and the server as it would come up."""
+    spec = chosen.spec
     mfs = launch.mem_fraction_static or profile.default_mem_fraction
     cap = max_running if max_running is not None else profile.nospec_max_running
     graph_bs = min(launch.cuda_graph_max_bs or profile.default_graph_bs, cap)
     pools = capacity(
-        profile, reserve, mfs, cap, graph_bs, overlap=not launch.disable_overlap_schedule
+        profile, chosen.reserve, mfs, cap, graph_bs, overlap=not launch.disable_overlap_schedule
     )
     if isinstance(pools, Refusal):
         return pools
     kv_tokens, running = pools.max_total_num_tokens, pools.max_running_requests
     late = None
     if spec.on and not spec.ngram and spec.draft > spec.steps * spec.topk + 1:
-        late = _tree_too_small(spec)
+        late = refusals.tree_too_small(spec.steps, spec.topk, spec.draft)
     return Resolved(
-        algorithm=algorithm,
+        algorithm=chosen.algorithm,
         spec=spec,
         max_running_requests=running,
         max_total_num_tokens=kv_tokens,
@@ -289,9 +305,9 @@ def resolve(profile: Profile, launch: Launch) -> Resolved | Refusal:
         kv_size_gb=round(kv_tokens * profile.kv_bytes_per_token / 2 / GiB, 2),
         warnings=tuple(warnings),
         late_failure=late,
-        adaptive=config,
-        overlap=overlap,
-        ngram=ngram,
+        adaptive=chosen.adaptive,
+        overlap=spec.on and not launch.disable_overlap_schedule,
+        ngram=chosen.ngram,
         pool_warnings=pools.warnings,
     )
 
@@ -305,34 +321,15 @@ def _adaptive_unsupported(algorithm: str, topk: int | None) -> str | None:
     return None
 
 
-_ALGORITHM_FRAMES = (
-    (
-        "sglang/srt/arg_groups/speculative_hook.py, in handle_speculative_decoding",
-        "algo = SpeculativeAlgorithm.from_string(cfg.speculative_algorithm)",
-    ),
-    (
-        "sglang/srt/speculative/spec_info.py, in from_string",
-        'raise ValueError(f"Unknown speculative algorithm name: {name}")',
-    ),
-)
-_ADAPTIVE_FRAMES = (
-    ("sglang/srt/server_args.py, in __post_init__", "self._handle_speculative_decoding()"),
-    (
-        "sglang/srt/speculative/adaptive_spec_params.py, in load_adaptive_config",
-        "raise ValueError(",
-    ),
-)
-
-
 def _adaptive_config(launch: Launch) -> adaptive.Config | Refusal:
     path = launch.speculative_adaptive_config
     if path is not None and launch.adaptive_config_text is None:
         message = f"[Errno 2] No such file or directory: {path!r}"
-        return Refusal("args", "FileNotFoundError", message, _ADAPTIVE_FRAMES)
+        return Refusal("args", "FileNotFoundError", message, refusals.ADAPTIVE_FRAMES)
     try:
         return adaptive.parse(launch.adaptive_config_text if path else None, path)
     except adaptive.ConfigRefused as refused:
-        return Refusal("args", refused.exception, refused.message, _ADAPTIVE_FRAMES)
+        return Refusal("args", refused.exception, refused.message, refusals.ADAPTIVE_FRAMES)
 
 
 def _ngram(launch: Launch, warnings: list[str]) -> tuple[Spec, Ngram] | Refusal:
@@ -412,7 +409,7 @@ def capacity(
         unit *= 1.0 + profile.draft_kv_fraction
     pool = rest_gb * GiB / unit - graph_bs * per_step * profile.workspace_tokens
     if pool <= 0:
-        return _oom(mem_fraction)
+        return refusals.oom(mem_fraction)
     warnings: tuple[str, ...] = ()
     if profile.state_tokens > 0:
         # Hybrid (linear attention) models: every running request holds recurrent state
@@ -440,57 +437,8 @@ def capacity(
         kv = pool
         running = min(max_running, int(kv // profile.slot_tokens))
     if kv < 1 or running < 1:
-        return _oom(mem_fraction)
+        return refusals.oom(mem_fraction)
     return Pools(int(kv), running, warnings)
-
-
-def _assertion() -> Refusal:
-    return Refusal(
-        "args",
-        "AssertionError",
-        "",
-        (
-            ("sglang/srt/server_args.py, in __post_init__", "self._handle_speculative_decoding()"),
-            (
-                "sglang/srt/server_args.py, in _handle_speculative_decoding",
-                "assert (\n            self.speculative_eagle_topk is None\n"
-                "            and self.speculative_num_draft_tokens is None\n        )",
-            ),
-        ),
-    )
-
-
-def _oom(mem_fraction: float) -> Refusal:
-    return Refusal(
-        "memory",
-        "RuntimeError",
-        f"{OOM_MESSAGE} Current value: mem_fraction_static={mem_fraction}",
-        (
-            ("sglang/srt/model_executor/model_runner.py, in initialize", "self.init_memory_pool("),
-            (
-                "sglang/srt/model_executor/model_runner.py, in init_memory_pool",
-                "raise RuntimeError(",
-            ),
-        ),
-    )
-
-
-def _tree_too_small(spec: Spec) -> Refusal:
-    limit = spec.steps * spec.topk + 1
-    return Refusal(
-        "graph",
-        "RuntimeError",
-        "Capture cuda graph failed: the draft tree has at most speculative_num_steps * "
-        f"speculative_eagle_topk + 1 = {limit} tokens, but speculative_num_draft_tokens = "
-        f"{spec.draft}",
-        (
-            ("sglang/srt/speculative/eagle_worker.py, in __init__", "self.init_cuda_graphs()"),
-            (
-                "sglang/srt/speculative/eagle_draft_cuda_graph_runner.py, in capture",
-                "CudaGraphRunner.capture(self)",
-            ),
-        ),
-    )
 
 
 # -- acceptance ---------------------------------------------------------------
@@ -612,67 +560,6 @@ def prefill_time(profile: Profile, tokens: int) -> float:
     return (profile.t_prefill_fixed + profile.t_prefill_token * tokens) / 1000.0
 
 
-# -- output lengths -----------------------------------------------------------
-@lru_cache(maxsize=256)
-def output_length_pmf(workload: str, max_tokens: int) -> tuple[float, ...]:
-    """P(output length = 1..max_tokens)."""
-    if workload == "greedy" or max_tokens <= 1:
-        return (0.0,) * (max_tokens - 1) + (1.0,)
-    mu = math.log(NATURAL_MEDIAN_TOKENS)
-    s = NATURAL_SIGMA * math.sqrt(2.0)
-
-    def cdf(x: float) -> float:
-        return 0.5 * (1.0 + math.erf((math.log(x) - mu) / s))
-
-    pmf = [cdf(1.5)]
-    pmf += [cdf(n + 0.5) - cdf(n - 0.5) for n in range(2, max_tokens)]
-    pmf.append(1.0 - cdf(max_tokens - 0.5))
-    return tuple(pmf)
-
-
-def sample_output_length(u: float, workload: str, max_tokens: int) -> int:
-    """Inverse-CDF draw from `output_length_pmf` given a uniform `u` in [0, 1)."""
-    if workload == "greedy" or max_tokens <= 1:
-        return max(1, max_tokens)
-    x = math.exp(math.log(NATURAL_MEDIAN_TOKENS) + NATURAL_SIGMA * _norm_ppf(u))
-    return max(1, min(max_tokens, round(x)))
-
-
-def _norm_ppf(u: float) -> float:
-    from statistics import NormalDist
-
-    return NormalDist().inv_cdf(min(max(u, 1e-12), 1.0 - 1e-12))
-
-
-@lru_cache(maxsize=8192)
-def _steps_to_emit(dist: tuple[float, ...], m_max: int) -> tuple[float, ...]:
-    """E[verify steps to emit m tokens] for m = 0..m_max (the last step is cut short)."""
-    e = [0.0] * (m_max + 1)
-    for m in range(1, m_max + 1):
-        acc = 1.0
-        for i, p in enumerate(dist):
-            k = m - i - 1
-            if k > 0:
-                acc += p * e[k]
-        e[m] = acc
-    return tuple(e)
-
-
-@lru_cache(maxsize=512)
-def _length_moments(workload: str, max_tokens: int) -> tuple[float, float]:
-    pmf = output_length_pmf(workload, max_tokens)
-    m1 = sum((i + 1) * p for i, p in enumerate(pmf))
-    m2 = sum((i + 1) ** 2 * p for i, p in enumerate(pmf))
-    return m1, m2
-
-
-def expected_decode_steps(dist: tuple[float, ...], workload: str, max_tokens: int) -> float:
-    """Mean decode iterations per request (prefill emits the first token)."""
-    pmf = output_length_pmf(workload, max_tokens)
-    e = _steps_to_emit(dist, max_tokens - 1)
-    return sum(p * e[i] for i, p in enumerate(pmf) if p)
-
-
 # -- steady state of a closed loop ---------------------------------------------
 def predict_level(
     profile: Profile,
@@ -691,8 +578,8 @@ def predict_level(
     mix = tiers(profile, resolved, batch, workload)
     dist = _mixed([(w, accept_dist(profile, s, workload)) for w, s in mix])
     length = _mean(dist)
-    mean_out, m2 = _length_moments(workload, max_tokens)
-    steps = expected_decode_steps(dist, workload, max_tokens)
+    mean_out, m2 = lengths.length_moments(workload, max_tokens)
+    steps = lengths.expected_decode_steps(dist, workload, max_tokens)
     ctx = input_len + m2 / (2.0 * mean_out)
     t_prefill = prefill_time(profile, input_len)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from typing import NoReturn
 
 from autotune.engines import sglang_facts
 from autotune.sim import adaptive, api, httpio, logs, model
@@ -47,6 +48,53 @@ async def serve(args: SimArgs) -> int:
 
 async def _life(args: SimArgs) -> int:
     profile = get_profile(args.sim.profile)
+    _warn_ignored(args)
+    resolved = model.resolve(profile, args.launch)
+    if isinstance(resolved, model.Refusal) and resolved.stage == "args":
+        _refuse_args(resolved)
+    if isinstance(resolved, model.Resolved):
+        for w in resolved.warnings:
+            logs.info(w)
+    logs.info(_server_args_line(args, profile))
+    fault = args.sim.fault
+    total = args.sim.load_time + (fault.value if fault and fault.kind == "slow-start" else 0.0)
+    total /= args.sim.speedup  # a sped-up rehearsal loads faster too
+    await _load(profile, args, total, crash=bool(fault and fault.kind == "crash-on-start"))
+    if isinstance(resolved, model.Refusal):
+        _die(resolved)
+    await _allocate_and_capture(profile, resolved, total)
+    sim = SimServer(args, profile, resolved)
+    try:
+        server = await asyncio.start_server(
+            sim.connection, args.host, args.port, limit=httpio.MAX_HEADER_BYTES, backlog=1024
+        )
+    except OSError as exc:
+        logs.info(
+            f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
+            f"('{args.host}', {args.port}): {exc.strerror}"
+        )
+        raise _Died from None
+    engine_task = asyncio.create_task(sim.engine.run())
+    logs.info(f"INFO:     Started server process [{os.getpid()}]")
+    logs.info("INFO:     Waiting for application startup.")
+    logs.info("INFO:     Application startup complete.")
+    logs.info(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
+    async with server:
+        if fault and fault.kind == "hang-on-start":
+            # Warmup never returns: the port answers, /health stays 503, the log stops.
+            await asyncio.Event().wait()
+        await asyncio.sleep(min(3.0, 0.25 + 0.03 * total))  # warmup: port open, not ready
+        await _warmup(sim)
+        sim.ready = True
+        logs.info("The server is fired up and ready to roll!")
+        if sim.crash_after == 0:
+            sim.crash()
+        await engine_task
+    return 0
+
+
+def _warn_ignored(args: SimArgs) -> None:
+    """What the simulator was given and does not model, said as SGLang's warnings are."""
     if args.ignored:
         logs.info(
             "WARNING: the simulated server does not model these flags and ignores them: "
@@ -58,30 +106,27 @@ async def _life(args: SimArgs) -> int:
             "WARNING: the simulated server reads these adaptive-config keys as 'ema' defaults "
             "and does not model them: " + ", ".join(unmodelled)
         )
-    resolved = model.resolve(profile, args.launch)
-    if isinstance(resolved, model.Refusal) and resolved.stage == "args":
-        logs.raw("Traceback (most recent call last):")
-        logs.raw(
-            '  File "/usr/local/lib/python3.12/dist-packages/sglang/launch_server.py", in <module>'
-        )
-        logs.raw("    server_args = prepare_server_args(sys.argv[1:])")
-        for where, code in resolved.frames:
-            path, _, func = where.partition(", in ")
-            logs.raw(f'  File "/usr/local/lib/python3.12/dist-packages/{path}", in {func}')
-            for line in code.splitlines():
-                logs.raw("    " + line)
-        logs.raw(resolved.reason)
-        raise _Died
-    if isinstance(resolved, model.Resolved):
-        for w in resolved.warnings:
-            logs.info(w)
-    logs.info(_server_args_line(args, profile))
-    fault = args.sim.fault
-    total = args.sim.load_time + (fault.value if fault and fault.kind == "slow-start" else 0.0)
-    total /= args.sim.speedup  # a sped-up rehearsal loads faster too
-    await _load(profile, args, total, crash=bool(fault and fault.kind == "crash-on-start"))
-    if isinstance(resolved, model.Refusal):
-        _die(resolved)
+
+
+def _refuse_args(refusal: model.Refusal) -> NoReturn:
+    """An argument SGLang rejects before loading anything: its traceback, then exit."""
+    logs.raw("Traceback (most recent call last):")
+    logs.raw(
+        '  File "/usr/local/lib/python3.12/dist-packages/sglang/launch_server.py", in <module>'
+    )
+    logs.raw("    server_args = prepare_server_args(sys.argv[1:])")
+    for where, code in refusal.frames:
+        path, _, func = where.partition(", in ")
+        logs.raw(f'  File "/usr/local/lib/python3.12/dist-packages/{path}", in {func}')
+        for line in code.splitlines():
+            logs.raw("    " + line)
+    logs.raw(refusal.reason)
+    raise _Died
+
+
+async def _allocate_and_capture(profile: Profile, resolved: model.Resolved, total: float) -> None:
+    """The KV pool allocated and the CUDA graphs captured, with the lines SGLang logs (a
+    capture that fails dies here, as SGLang's does)."""
     for w in resolved.pool_warnings:
         logs.sched(w)
     logs.sched("Using KV cache dtype: torch.bfloat16")
@@ -127,34 +172,6 @@ async def _life(args: SimArgs) -> int:
             resolved.available_gpu_mem,
         )
     )
-    sim = SimServer(args, profile, resolved)
-    try:
-        server = await asyncio.start_server(
-            sim.connection, args.host, args.port, limit=httpio.MAX_HEADER_BYTES, backlog=1024
-        )
-    except OSError as exc:
-        logs.info(
-            f"ERROR:    [Errno {exc.errno}] error while attempting to bind on address "
-            f"('{args.host}', {args.port}): {exc.strerror}"
-        )
-        raise _Died from None
-    engine_task = asyncio.create_task(sim.engine.run())
-    logs.info(f"INFO:     Started server process [{os.getpid()}]")
-    logs.info("INFO:     Waiting for application startup.")
-    logs.info("INFO:     Application startup complete.")
-    logs.info(f"INFO:     Uvicorn running on http://{args.host}:{args.port} (Press CTRL+C to quit)")
-    async with server:
-        if fault and fault.kind == "hang-on-start":
-            # Warmup never returns: the port answers, /health stays 503, the log stops.
-            await asyncio.Event().wait()
-        await asyncio.sleep(min(3.0, 0.25 + 0.03 * total))  # warmup: port open, not ready
-        await _warmup(sim)
-        sim.ready = True
-        logs.info("The server is fired up and ready to roll!")
-        if sim.crash_after == 0:
-            sim.crash()
-        await engine_task
-    return 0
 
 
 async def _load(profile: Profile, args: SimArgs, total: float, *, crash: bool) -> None:
@@ -206,7 +223,7 @@ def _mmss(seconds: float) -> str:
     return f"{s // 60:02d}:{s % 60:02d}"
 
 
-def _die(refusal: model.Refusal) -> None:
+def _die(refusal: model.Refusal) -> NoReturn:
     logs.traceback(refusal.frames, refusal.exception, refusal.message)
     logs.info("Received sigquit from a child process. It usually means the child failed.")
     raise _Died

@@ -16,13 +16,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from autotune.errors import ConfigError
-from autotune.unit import unitfile
+from autotune.unit import unitfile, words
 
 
 @dataclass(frozen=True)
 class _Assignment:
     name: str
-    word: unitfile.Word
+    word: words.Word
     entry: unitfile.Entry
     words_on_entry: int
 
@@ -36,7 +36,7 @@ def effective(text: str, *, source: str | None = None) -> dict[str, str]:
             continue
         values = unitfile.parse_environment(entry.value, source=source, line=entry.line)
         # `%%` is a literal `%`; autotune writes no other specifier.
-        env.update({k: unitfile._literal(v, env_expand=False) for k, v in values.items()})
+        env.update({k: words.literal(v, env_expand=False) for k, v in values.items()})
     return env
 
 
@@ -50,7 +50,7 @@ def patch_environment(
     """`text` with the variables of `set_vars` set and those of `remove` unset."""
     remove = list(remove)
     for name in [*set_vars, *remove]:
-        if not unitfile._ENV_NAME.match(name):
+        if not unitfile.ENV_NAME.match(name):
             raise ConfigError(source, "Environment", f"{name!r} is not a variable name")
     for name in remove:
         # Every effective assignment goes, or an earlier one would take over.
@@ -60,11 +60,11 @@ def patch_environment(
                 break
             text = _remove(text, found[-1])
     for name, value in set_vars.items():
-        word = unitfile.quote_word(f"{name}={value}", env_expand=False)
+        word = words.quote_word(f"{name}={value}", env_expand=False)
         found = _assignments(text, source).get(name)
         if found:
             last = found[-1]
-            if unitfile._literal(last.word.value, env_expand=False) != f"{name}={value}":
+            if words.literal(last.word.value, env_expand=False) != f"{name}={value}":
                 text = text[: last.word.start] + word + text[last.word.end :]
         else:
             text = _insert(text, word, source)
@@ -87,13 +87,13 @@ def _assignments(text: str, source: str | None) -> dict[str, list[_Assignment]]:
         if not entry.value:
             out = {}
             continue
-        words = unitfile._split_words(
+        split = words.split_words(
             entry.value, entry.offsets, text, (source, "Environment", entry.line)
         )
-        for w in words:
+        for w in split:
             name, sep, _ = w.value.partition("=")
-            if sep and unitfile._ENV_NAME.match(name):
-                out.setdefault(name, []).append(_Assignment(name, w, entry, len(words)))
+            if sep and unitfile.ENV_NAME.match(name):
+                out.setdefault(name, []).append(_Assignment(name, w, entry, len(split)))
     return out
 
 

@@ -24,16 +24,12 @@ Parsing follows systemd 252 (`conf-parser.c`, `config_parse_exec`,
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from autotune.errors import ConfigError
+from autotune.unit.words import WHITESPACE, Word, literal, quote_word, split_words
 
 __all__ = [
     "ExecStart",
@@ -48,28 +44,11 @@ __all__ = [
     "patch_unit",
     "quote_word",
     "service_values",
-    "verify_unit",
 ]
 
-_WHITESPACE = " \t\n\r"
 _EOL = re.compile(r"\r\n|\r|\n")
 _PREFIX_CHARS = "-@:+!"
-_UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.\\@-]+\.service$")
-_UNIT_SUBJECT = re.compile(r"^(\S+?\.(?:service|socket|target|timer|mount|path|slice|scope)):")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SIMPLE_ESCAPES = {
-    "a": "\a",
-    "b": "\b",
-    "f": "\f",
-    "n": "\n",
-    "r": "\r",
-    "t": "\t",
-    "v": "\v",
-    "\\": "\\",
-    '"': '"',
-    "'": "'",
-    "s": " ",
-}
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # --------------------------------------------------------------------------- lines
@@ -104,7 +83,7 @@ def _ends_in_continuation(content: str) -> bool:
 
 
 def _is_comment(content: str) -> bool:
-    stripped = content.lstrip(_WHITESPACE)
+    stripped = content.lstrip(WHITESPACE)
     return bool(stripped) and stripped[0] in "#;"
 
 
@@ -147,8 +126,8 @@ def _parse(text: str) -> tuple[list[Entry], set[str]]:
     def flush(last: _Line) -> None:
         nonlocal section
         logical = "".join(chars)
-        lead = len(logical) - len(logical.lstrip(_WHITESPACE))
-        body = logical.strip(_WHITESPACE)
+        lead = len(logical) - len(logical.lstrip(WHITESPACE))
+        body = logical.strip(WHITESPACE)
         if not body:
             return
         if body.startswith("["):
@@ -159,10 +138,10 @@ def _parse(text: str) -> tuple[list[Entry], set[str]]:
         eq = body.find("=")
         if eq < 0:
             return  # systemd ignores a line without '=' (with a warning)
-        key = body[:eq].strip(_WHITESPACE)
+        key = body[:eq].strip(WHITESPACE)
         raw_value = body[eq + 1 :]
-        value_lead = len(raw_value) - len(raw_value.lstrip(_WHITESPACE))
-        value = raw_value.strip(_WHITESPACE)
+        value_lead = len(raw_value) - len(raw_value.lstrip(WHITESPACE))
+        value = raw_value.strip(WHITESPACE)
         first = lead + eq + 1 + value_lead
         if section:
             result.append(
@@ -217,135 +196,6 @@ def service_values(text: str, key: str) -> list[str]:
     return values
 
 
-# --------------------------------------------------------------------------- words
-
-
-@dataclass(frozen=True)
-class Word:
-    """One word of a command line."""
-
-    raw: str
-    """As written in the file, quotes and escapes included."""
-    value: str
-    """Quotes removed and C escapes decoded; specifiers and $VARIABLES not expanded yet."""
-    start: int
-    end: int
-    """Span of `raw` in the unit text."""
-
-
-def _cunescape_one(s: str, i: int) -> tuple[str, int] | None:
-    """Decode the escape whose letter is at s[i]; return (text, chars consumed) or None."""
-    c = s[i]
-    if c in _SIMPLE_ESCAPES:
-        return _SIMPLE_ESCAPES[c], 1
-    digits = {"x": 2, "u": 4, "U": 8}.get(c)
-    if digits is not None:
-        hexpart = s[i + 1 : i + 1 + digits]
-        if len(hexpart) == digits and all(h in "0123456789abcdefABCDEF" for h in hexpart):
-            code = int(hexpart, 16)
-            if code == 0 or code > 0x10FFFF:
-                return None
-            return chr(code), 1 + digits
-        return None
-    if c in "01234567":
-        octal = s[i : i + 3]
-        if len(octal) == 3 and all(o in "01234567" for o in octal):
-            code = int(octal, 8)
-            return (chr(code), 3) if code else None
-    return None
-
-
-def _split_words(
-    value: str, offsets: tuple[int, ...], text: str, where: tuple[str | None, str, int]
-) -> list[Word]:
-    """systemd's extract_first_word(UNQUOTE | CUNESCAPE | CUNESCAPE_RELAX), applied repeatedly."""
-    words: list[Word] = []
-    i, n = 0, len(value)
-    while True:
-        while i < n and value[i] in _WHITESPACE:
-            i += 1
-        if i >= n:
-            return words
-        start = i
-        out: list[str] = []
-        quote = ""
-        while i < n:
-            c = value[i]
-            if c == "\\":
-                if i + 1 >= n:
-                    out.append("\\")
-                    i += 1
-                    continue
-                decoded = _cunescape_one(value, i + 1)
-                if decoded is None:
-                    out.append("\\" + value[i + 1])  # unknown escape: kept, as systemd does
-                    i += 2
-                else:
-                    out.append(decoded[0])
-                    i += 1 + decoded[1]
-            elif quote:
-                if c == quote:
-                    quote = ""
-                else:
-                    out.append(c)
-                i += 1
-            elif c in "\"'":
-                quote = c
-                i += 1
-            elif c in _WHITESPACE:
-                break
-            else:
-                out.append(c)
-                i += 1
-        if quote:
-            source, key, line = where
-            raise ConfigError(source, key, f"line {line}: unbalanced quote ({quote}) in the value")
-        begin, end = offsets[start], offsets[i - 1] + 1
-        words.append(Word(raw=text[begin:end], value="".join(out), start=begin, end=end))
-
-
-def _literal(value: str, env_expand: bool = True) -> str:
-    """A word as the program receives it when it holds no specifier or variable."""
-    pattern = r"%%|\$\$" if env_expand else r"%%"
-    return re.sub(pattern, lambda m: m.group(0)[0], value)
-
-
-def quote_word(value: str, *, env_expand: bool = True) -> str:
-    """Spell `value` as one ExecStart= word that systemd hands to the program unchanged."""
-    escaped = value.replace("%", "%%")
-    if env_expand:
-        escaped = escaped.replace("$", "$$")
-    if value == ";":
-        return "\\;"  # a bare ';' (even quoted) would separate two commands
-    needs_quotes = not value or any(
-        c in _WHITESPACE or c in "\"'\\" or ord(c) < 32 or ord(c) == 127 for c in value
-    )
-    if not needs_quotes:
-        return escaped
-    plain = "'" not in value and "\\" not in value and all(31 < ord(c) != 127 for c in value)
-    if value.startswith(("{", "[")) and '"' in value and plain:
-        # JSON as people write it in a unit: '{"method": "ngram"}'. Inside single quotes
-        # systemd still decodes escapes, so only a value without backslashes goes this way.
-        return "'" + escaped + "'"
-    out = []
-    for c in escaped:
-        if c == "\\":
-            out.append("\\\\")
-        elif c == '"':
-            out.append('\\"')
-        elif c == "\n":
-            out.append("\\n")
-        elif c == "\t":
-            out.append("\\t")
-        elif c == "\r":
-            out.append("\\r")
-        elif ord(c) < 32 or ord(c) == 127:
-            out.append(f"\\x{ord(c):02x}")
-        else:
-            out.append(c)
-    return '"' + "".join(out) + '"'
-
-
 # --------------------------------------------------------------------------- ExecStart
 
 
@@ -373,7 +223,7 @@ class ExecStart:
         `%%` and `$$` are shown as `%` and `$`, so a value that autotune wrote
         reads back exactly as given.
         """
-        return [_literal(w.value, self.env_expand) for w in self.words]
+        return [literal(w.value, self.env_expand) for w in self.words]
 
     @property
     def env_expand(self) -> bool:
@@ -414,7 +264,7 @@ def parse_exec_start(text: str, *, source: str | None = None) -> ExecStart:
             "only Type=oneshot may have several (a drop-in must reset it with an empty ExecStart=)",
         )
     entry = execs[-1]
-    words = _split_words(entry.value, entry.offsets, text, (source, "ExecStart", entry.line))
+    words = split_words(entry.value, entry.offsets, text, (source, "ExecStart", entry.line))
     for word in words:
         if word.raw == ";":
             raise ConfigError(
@@ -593,7 +443,7 @@ def _flag_text(name: str, value: str | None, inline: bool, env_expand: bool) -> 
 def _check_flag_name(name: str, source: str | None) -> None:
     if not name.startswith("--") or len(name) < 3 or "=" in name:
         raise ConfigError(source, name, "a flag must look like --name (no '=')")
-    if any(c in _WHITESPACE for c in name):
+    if any(c in WHITESPACE for c in name):
         raise ConfigError(source, name, "a flag name cannot contain whitespace")
 
 
@@ -714,9 +564,9 @@ def parse_environment(value: str, *, source: str | None = None, line: int = 0) -
     """
     offsets = tuple(range(len(value)))
     result: dict[str, str] = {}
-    for word in _split_words(value, offsets, value, (source, "Environment", line)):
+    for word in split_words(value, offsets, value, (source, "Environment", line)):
         name, sep, val = word.value.partition("=")
-        if sep and _ENV_NAME.match(name):
+        if sep and ENV_NAME.match(name):
             result[name] = val
     return result
 
@@ -738,7 +588,7 @@ def parse_environment_file(text: str) -> dict[str, str]:
             line = line[len("export ") :].lstrip()
         name, sep, value = line.partition("=")
         name = name.strip()
-        if not sep or not _ENV_NAME.match(name):
+        if not sep or not ENV_NAME.match(name):
             continue
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] == "'":
@@ -806,59 +656,3 @@ def _expand_env(word: str, env: Mapping[str, str]) -> str:
         return env.get(match.group(1), "")
 
     return re.sub(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}", one, word)
-
-
-# --------------------------------------------------------------------------- verify
-
-
-def verify_unit(text: str, unit_name: str, *, check_executables: bool = True) -> list[str]:
-    """Problems `systemd-analyze verify` finds in `text`, one line each; [] if none.
-
-    Runs offline on a copy in a temporary directory, so nothing on the system
-    changes. Every stderr line counts as a problem, except lines about other
-    units: a dependency that is not installed on this machine (`Unit X not
-    found`) or another unit file's own problems. `check_executables=False` also
-    drops `Command ... is not executable`, for a unit that will run on another
-    host. Returns [] when systemd-analyze is not installed.
-    """
-    if not _UNIT_NAME.match(unit_name):
-        raise ConfigError(None, "unit", f"{unit_name!r} is not a service unit name (NAME.service)")
-    analyze = shutil.which("systemd-analyze")
-    if analyze is None:
-        return []
-    with tempfile.TemporaryDirectory(prefix="autotune-verify-") as tmp:
-        path = Path(tmp) / unit_name
-        path.write_bytes(text.encode())  # bytes, so CRLF reaches systemd as written
-        env = {**os.environ, "SYSTEMD_LOG_COLOR": "0", "SYSTEMD_PAGER": "", "LC_ALL": "C"}
-        proc = subprocess.run(
-            [analyze, "verify", "--man=no", str(path)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            check=False,
-        )
-        return _filter_verify(proc.stderr, str(path), unit_name, check_executables)
-
-
-def _filter_verify(stderr: str, path: str, unit_name: str, check_executables: bool) -> list[str]:
-    problems: list[str] = []
-    for line in stderr.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        if line.startswith(path + ":"):
-            problems.append(unit_name + line[len(path) :])
-            continue
-        subject = _UNIT_SUBJECT.match(line)
-        if subject and subject.group(1) != unit_name:
-            continue  # another unit file's problem
-        if line.startswith("/") and re.match(r"^/\S+:\d+:", line):
-            continue  # another unit file, named by its path
-        other = re.search(r"Unit (\S+) (?:not found|has a bad unit file setting)", line)
-        if other and other.group(1) != unit_name:
-            continue  # a dependency missing here; the target host may have it
-        if not check_executables and re.search(r"Command \S+ is not executable", line):
-            continue
-        problems.append(line)
-    return problems
