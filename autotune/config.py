@@ -237,13 +237,7 @@ def load_config(path: str | Path | None = None, *, demo: bool = False) -> Config
                 "autotune init, or try the built-in demo with --demo",
             )
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(str(path), None, "config file not found") from None
-    except OSError as exc:
-        raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from None
-    data = yamlfile.load(text, str(path))
+    data = yamlfile.read(path, "config file")
     return config_from_dict(data, str(path), path.resolve().parent, storage_dir=storage_dir)
 
 

@@ -9,6 +9,7 @@ error names its line and column.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -55,6 +56,17 @@ def load(text: str, source: str) -> Any:
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         problem = getattr(exc, "problem", None) or "syntax error"
         raise ConfigError(source, None, f"not valid YAML: {problem}{where}") from None
+
+
+def read(path: Path, what: str) -> Any:
+    """The YAML file at `path`, parsed; `what` names it when it is missing ("config file")."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(str(path), None, f"{what} not found") from None
+    except OSError as exc:
+        raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from None
+    return load(text, str(path))
 
 
 class Section:

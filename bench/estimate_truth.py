@@ -258,6 +258,16 @@ with every level measured would stop them (each counted with its chance under th
 sd). After the demo's baseline that share is 0.99 (most of the 427 configs are deep trees
 far below the best, or short of the floor); the llama-server's space has no draft shape to
 model, so it keeps even odds. The night before the study has no model yet and keeps them too.
+The nights at 5eac6ad were still long (+26 to +61 %, mean +44 %): they charged the finalist
+stage two full rounds (7 runs with the baseline's), where the demo's 13 recorded nights ran
+3, 5 or 9 (4.9 on average; the efficiency table's cells 3.8 for 3 finalists). Since e0c3fef
+a finalist stage is charged its first round and one run more.
+
+At a3f8bf7, with both changes: the demo's three nights -13, +3 and -18 % (mean -9 %), the
+llama-server's -17 % (its night at 5eac6ad: 2 finalists in 1 round, which neither change
+touches). A night whose first trial measured every level twice (5eac6ad's third, 18.7 s
+where 12 s is usual) charges every trial to come as slow: a first trial cannot tell a noisy
+start from a slow config.
 
 A night of the same command is not one length (the demo's 119 to 227 s after its first
 trial, one finalist round or four), so the estimate, an expectation, is graded against the

@@ -137,15 +137,16 @@ def _mean_real_left(nights: list[dict[str, Any]]) -> float:
 @pytest.mark.parametrize("name", ["llama-server", "demo"])
 def test_the_first_estimate_is_within_a_quarter_of_the_mean_night(name: str) -> None:
     """The estimate is an expectation: a night of the same command is not one length (the
-    demo's 119 to 218 s after its first trial, one finalist round or four), so it is held
-    against the mean of every recorded night (the issue asks a quarter: the llama-server's
-    is -17 %; the demo's +31 %, the open part of issue 47; this guards 35 %), and never 80 %
-    off any one."""
+    demo's 119 to 227 s after its first trial, one finalist round or four), so it is held
+    against the mean of every recorded night, within the quarter the issue asks (the
+    llama-server's -17 %, the demo's within 10 % since the model's cut share and the
+    finalists' one extra run), and never 80 % off any one (a first trial measured twice at
+    every level charges the rest as slow)."""
     nights = _all_nights()[name]
     assert len(nights) >= 2
     predicted = [_first_estimate(name, night) for night in nights]
     mean = sum(predicted) / len(predicted)
-    assert abs(mean / _mean_real_left(nights) - 1) <= 0.35, (mean, _mean_real_left(nights))
+    assert abs(mean / _mean_real_left(nights) - 1) <= 0.25, (mean, _mean_real_left(nights))
     for night, said in zip(nights, predicted, strict=True):
         assert abs(said / night["real_left_s"] - 1) <= 0.8, (night["date"], said)
 

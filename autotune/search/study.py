@@ -31,6 +31,7 @@ from autotune.search.workers import (
     owner_gone,
     rdb,
     recover_stale,
+    requeue,
     running_trials,
 )
 from autotune.space import SearchSpace
@@ -372,15 +373,7 @@ def fail_and_requeue(
     trial.set_user_attr(records.FAILURE, failure)
     trial.set_user_attr(records.REASON, reason[:500])
     study.tell(trial, state=TrialState.FAIL)
-    if trial.params:
-        study.enqueue_trial(
-            dict(trial.params),
-            user_attrs={
-                records.RETRY_OF: trial.number,
-                records.BASELINE: bool(trial.user_attrs.get(records.BASELINE)),
-            },
-            skip_if_exists=False,
-        )
+    requeue(study, trial)
 
 
 # -- the end of the study: finalists measured by one worker ------------------------------

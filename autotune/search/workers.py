@@ -202,16 +202,23 @@ def recover_stale(study: optuna.Study) -> list[int]:
         )
         study.tell(t.number, state=TrialState.FAIL)
         # A retry of trial 0 has retry_of 0: retried once, like any other.
-        if t.user_attrs.get(records.RETRY_OF) is None and t.params:
-            study.enqueue_trial(
-                dict(t.params),
-                user_attrs={
-                    records.RETRY_OF: t.number,
-                    records.BASELINE: bool(t.user_attrs.get(records.BASELINE)),
-                },
-                skip_if_exists=False,
-            )
+        if t.user_attrs.get(records.RETRY_OF) is None:
+            requeue(study, t)
         recovered.append(t.number)
     if recovered:
         log.warning("recovered trials whose daemon died", trials=recovered)
     return recovered
+
+
+def requeue(study: optuna.Study, t: FrozenTrial | optuna.Trial) -> None:
+    """Queue a trial's config again, as a retry of it (the baseline stays the baseline)."""
+    if not t.params:
+        return
+    study.enqueue_trial(
+        dict(t.params),
+        user_attrs={
+            records.RETRY_OF: t.number,
+            records.BASELINE: bool(t.user_attrs.get(records.BASELINE)),
+        },
+        skip_if_exists=False,
+    )

@@ -32,13 +32,7 @@ _RULE_KEYS = {"when", "set", "require", "why"}
 
 def load_space(path: str | Path) -> SearchSpace:
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ConfigError(str(path), None, "search-space file not found") from None
-    except OSError as exc:
-        raise ConfigError(str(path), None, f"cannot read: {exc.strerror}") from None
-    return space_from_dict(yamlfile.load(text, str(path)), str(path))
+    return space_from_dict(yamlfile.read(path, "search-space file"), str(path))
 
 
 def space_from_dict(data: Any, source: str) -> SearchSpace:
