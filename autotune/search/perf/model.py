@@ -19,9 +19,6 @@ trusted: once MIN_CHECKED deployments were measured, each of the latest
 CHECKED is predicted from the deployments of other draft shapes (its whole
 shape left out: the configs the model steered to, deployed again, do not
 vouch for it), and a root-mean-square error above MISFIT turns it off -- the
-error being the model's own: each residual's measurement variance (its levels'
-confidence intervals) is taken out of its square, so that a noisy benchmark is
-not read as a wrong model, nor a wide interval as a right one -- the
 sampler then runs as before (a GP
 from scratch) and the study's record says why. It is off from the start
 where its physics does not hold: a space without `draft_shape` (n-gram
@@ -306,7 +303,7 @@ def loo_error(space: SearchSpace, target: Target, deployed: Sequence[Deployed]) 
     scored = [i for i, d in enumerate(deployed) if d.log_value is not None]
     if len(scored) < MIN_CHECKED:
         return None
-    errors, noise = [], []
+    errors = []
     for i in scored[-CHECKED:]:
         d, rest = deployed[i], held_out(deployed, i)
         model = PerfModel.fit(space, target, rest)
@@ -315,28 +312,9 @@ def loo_error(space: SearchSpace, target: Target, deployed: Sequence[Deployed]) 
         p = model.predict(d.config)
         if p is not None and d.log_value is not None:
             errors.append(p.log_value - d.log_value)
-            noise.append(measurement_var(d, target))
     if len(errors) < MIN_CHECKED - 1:
         return None
-    return model_rms(errors, noise)
-
-
-def model_rms(errors: Sequence[float], noise: Sequence[float]) -> float:
-    """The model's own RMS error: a residual's square is the model's error squared plus the
-    measurement's variance, so the mean of the variances is taken out of the mean square
-    (what the squares cannot explain is the model's; a residual is never excused whole)."""
-    mean_square = float(np.mean(np.square(errors)))
-    return math.sqrt(max(0.0, mean_square - float(np.mean(noise))))
-
-
-def measurement_var(d: Deployed, target: Target) -> float:
-    """Variance of a deployment's measured log value from its levels' 95 % intervals (a
-    geometric mean's n levels: the sum over n squared); 0 where no level carries one."""
-    scored = [r for r in d.levels if r.get("concurrency") in target.scored]
-    halves = [h for r in scored if isinstance(h := r.get("ci_halfwidth"), (int, float))]
-    if not scored or not halves:
-        return 0.0
-    return sum((h / 1.96) ** 2 for h in halves) / len(scored) ** 2
+    return float(np.sqrt(np.mean(np.square(errors))))
 
 
 def deployments(
