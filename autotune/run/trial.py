@@ -141,8 +141,11 @@ class TrialPipeline:
         log.info("deploying", target=self.deployer.description, flags=_flags_text(params, self.cfg))
         files = dict(self.files_for(params) if deployment is None else deployment[1])
         attrs.update(trial_attrs.files(files))
+        self.serving = None
+        self.deployer.deploy(unit_text, files)
+        self.serving = (unit_text, files)
         try:
-            info = self._deploy(unit_text, files)
+            info = self._ready_info()
         except ServerFailed as failed:
             self.serving = None  # what runs there now is not a config that serves
             return self._failed(failed, params, attrs, unit_text, "server failed")
@@ -161,11 +164,8 @@ class TrialPipeline:
         return self._score(info, measured, verdict, rates, attrs, unit_text)
 
     # -- the steps of a trial -------------------------------------------------------
-    def _deploy(self, unit_text: str, files: dict[str, str | None]) -> ServerInfo:
-        """Deploy, wait until the server is ready, and ask it what it runs."""
-        self.serving = None
-        self.deployer.deploy(unit_text, files)
-        self.serving = (unit_text, files)
+    def _ready_info(self) -> ServerInfo:
+        """Wait until the deployed server is ready, and ask it what it runs."""
         self.wait_ready()
         return asyncio.run(self.engine.server_info(self.url, self._param_names(), self.api_key))
 

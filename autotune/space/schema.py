@@ -13,13 +13,13 @@ from autotune import expr, yamlfile
 from autotune.errors import ConfigError
 from autotune.space.search_space import SearchSpace
 from autotune.space.values import (
-    ENV_NAME,
     CompanionFile,
     DraftShape,
     JsonField,
     Param,
     Rule,
 )
+from autotune.unit.unitfile import ENV_NAME
 
 # -- loading ------------------------------------------------------------------
 _PARAM_KEYS = {
