@@ -160,3 +160,19 @@ def test_no_module_imports_itself_back() -> None:
     for m in list(edges):
         visit(m, [])
     assert len(edges) > 50  # the walk saw the package
+
+
+def test_the_simulator_keeps_its_own_physics() -> None:
+    """Issue 50: the performance model is graded on the simulator, so the simulator borrows
+    nothing from the search (it once took its tree acceptance from `search/perf`). What
+    both need of the engine (SGLang's memory rule) lives in `engines/`, below both."""
+    edges = _module_edges()
+    borrowed = {
+        f"{here} -> {there} ({where})"
+        for here, targets in edges.items()
+        if here.startswith("autotune.sim")
+        for there, where in targets.items()
+        if there.startswith("autotune.search")
+    }
+    assert not borrowed, sorted(borrowed)
+    assert any(t.startswith("autotune.engines") for t in edges["autotune.sim.model"])

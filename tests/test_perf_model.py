@@ -124,7 +124,7 @@ def test_a_trees_widening_is_fitted_from_the_trees_deployed() -> None:
     chain = Seen(5, 1, 6, length_of(alphas), reach_of(alphas))
 
     def tree(steps: int, topk: int, draft: int) -> Seen:
-        dist = tree_accept_dist(alphas[:steps], topk, min(draft - 1, steps * topk) - steps, 0.45)
+        dist = tree_accept_dist(alphas[:steps], topk, draft, 0.45)
         return Seen(steps, topk, draft, sum((i + 1) * p for i, p in enumerate(dist)))
 
     before = Acceptance.fit([chain])
@@ -321,3 +321,13 @@ def test_a_study_predicts_each_config_before_deploying_it(tmp_path: Path) -> Non
     assert "Predicted before deploying" in html and "The performance model was" in html
     for t in predicted:
         assert f"<td>{t.number}</td>" in html
+
+
+def test_the_models_tree_is_the_one_sglang_builds() -> None:
+    """Issue 50: three draft tokens over two steps of topk 2 are the first guess, its first
+    guess and the root's second guess (SGLang's top-scored nodes): the second guess has no
+    child, where the model's old per-depth widening gave it one (0.845 x 0.62)."""
+    dist = tree_accept_dist((0.72, 0.62), 2, 4, 0.55)
+    second = 0.28 * (1 - 0.55)
+    assert 1.0 - dist[0] == pytest.approx(0.72 + second)
+    assert dist[2] == pytest.approx(0.72 * 0.62)

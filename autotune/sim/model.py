@@ -24,8 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 from autotune.engines import sglang_facts
-from autotune.search.perf.acceptance import tree_accept_dist
-from autotune.sim import adaptive, lengths, refusals
+from autotune.sim import adaptive, lengths, refusals, tree
 from autotune.sim.profiles import Acceptance, Profile
 from autotune.sim.refusals import Refusal
 
@@ -462,14 +461,10 @@ def accept_length(profile: Profile, spec: Spec, workload: str) -> float:
 
 @lru_cache(maxsize=8192)
 def _accept_dist(acc: Acceptance, steps: int, topk: int, draft: int) -> tuple[float, ...]:
-    depth = min(steps, draft - 1)
-    if depth <= 0:
+    if min(steps, draft - 1) <= 0:
         return (1.0,)
-    alphas = [acc.first * acc.decay ** (j**acc.shape) for j in range(depth)]
-    # Spare draft tokens go where a best-first tree would put them: to the depth whose
-    # extra candidate adds the most expected accepted tokens.
-    extra = min(draft - 1, steps * topk) - depth
-    return tree_accept_dist(alphas, topk, extra, acc.width_miss)
+    alphas = tuple(acc.first * acc.decay ** (j**acc.shape) for j in range(steps))
+    return tree.accept_dist(alphas, topk, draft, acc.width_miss)
 
 
 def tiers(
@@ -547,7 +542,7 @@ def iteration_time(
         t += spec.steps * draft_step + extend + profile.t_spec
         host += OVERLAP_CPU_SHARE * profile.t_spec
         if spec.topk > 1:
-            t += profile.t_tree
+            t += profile.t_tree + profile.t_tree_request * batch
     if overlap:
         t = max(t - host, host)
     return t / 1000.0

@@ -11,11 +11,11 @@ only gives the mean (llama.cpp's `timings`) pins one sum per deployment.
 
 Positions no deployment reached are extrapolated by a three-parameter curve
 of the conditional acceptance, `alpha_j = a * r ** (j ** p)` (j = 0 for the
-first draft), fitted to every chain seen. A tree (topk > 1) spends the draft
-tokens beyond its depth where a best-first tree puts them: on the depth
-whose extra candidate adds most, each candidate catching a share of the
-misses, `1 - (1 - alpha_j) * omega ** log2(width)`; omega is fitted to the
-trees deployed (a wide prior before the first).
+first draft), fitted to every chain seen. A tree (topk > 1) is the one SGLang
+builds (`engines/sglang_tree.py`: beams of topk, then the draft tokens' best
+nodes by cumulative draft probability), over a draft whose first `w` guesses
+at depth j cover `1 - (1 - alpha_j) * omega ** log2(w)` of the target's
+tokens; omega is fitted to the trees deployed (a wide prior before the first).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+
+from autotune.engines import sglang_tree
 
 #: Grid the curve's parameters are fitted on (cheap, deterministic, no optimiser).
 _A = np.linspace(0.05, 0.995, 39)
@@ -130,8 +132,8 @@ class Acceptance:
             return 1.0
         # Rounded to 0.002 (an accept length to well under 1 %): fits that differ by less
         # share the cached trees.
-        alphas = tuple(round(x * 500) / 500 for x in self.alphas(depth))
-        return tree_length(alphas, topk, min(draft - 1, steps * topk) - depth, self.omega)
+        alphas = tuple(round(x * 500) / 500 for x in self.alphas(steps))
+        return tree_length(alphas, topk, draft, self.omega)
 
     def relative_sd(self, steps: int, topk: int, draft: int) -> float:
         """How well the prediction is known, relative to it: measured positions to their
@@ -180,52 +182,26 @@ def _length(model: Acceptance, steps: int, topk: int, draft: int) -> float:
 
 
 @lru_cache(maxsize=65536)
-def tree_length(alphas: tuple[float, ...], topk: int, extra: int, omega: float) -> float:
-    """Mean tokens per verify step of a best-first tree: a chain with conditional acceptance
-    `alphas`, widened by `extra` more candidates (at most `topk` per depth)."""
-    dist = tree_accept_dist(alphas, topk, extra, omega)
+def tree_length(alphas: tuple[float, ...], topk: int, draft: int, omega: float) -> float:
+    """Mean tokens per verify step of the tree SGLang builds from `steps` = len(alphas)
+    draft passes of `topk` candidates, `draft` tokens verified (the root included)."""
+    dist = tree_accept_dist(alphas, topk, draft, omega)
     return sum((i + 1) * p for i, p in enumerate(dist))
 
 
 def tree_accept_dist(
-    alphas: Sequence[float], topk: int, extra: int, omega: float
+    alphas: Sequence[float], topk: int, draft: int, omega: float
 ) -> tuple[float, ...]:
-    """P(tokens emitted per verify step = 1, 2, ...) of that tree (the bonus token counts)."""
-    depth = len(alphas)
-    if depth == 0:
-        return (1.0,)
-    widths = [1] * depth
-    q = list(alphas)
+    """P(tokens emitted per verify step = 1, 2, ...) of that tree (the bonus token counts):
+    SGLang's tree (`engines/sglang_tree.py`) over the model's rank law, the first `w`
+    guesses at depth j covering `1 - (1 - alpha_j) * omega ** log2(w)` of its tokens."""
+    ranks = [_rank_chances(a, max(1, topk), omega) for a in alphas]
+    return sglang_tree.accept_dist(ranks, topk, draft)
 
-    def widened(j: int, w: int) -> float:
-        return 1.0 - (1.0 - alphas[j]) * omega ** math.log2(w)
 
-    for _ in range(max(0, extra)):
-        reach: list[float] = []
-        p = 1.0
-        for j in range(depth):
-            p *= q[j]
-            reach.append(p)
-        tail = 0.0
-        best_gain, best_j = 0.0, -1
-        for j in range(depth - 1, -1, -1):
-            tail += reach[j]
-            if widths[j] >= topk or q[j] <= 0:
-                continue
-            gain = (widened(j, widths[j] + 1) / q[j] - 1.0) * tail
-            if gain > best_gain:
-                best_gain, best_j = gain, j
-        if best_j < 0:
-            break
-        widths[best_j] += 1
-        q[best_j] = widened(best_j, widths[best_j])
-    dist = []
-    reach_p = 1.0
-    for j in range(depth):
-        dist.append(reach_p * (1.0 - q[j]))
-        reach_p *= q[j]
-    dist.append(reach_p)
-    return tuple(dist)
+def _rank_chances(alpha: float, topk: int, omega: float) -> list[float]:
+    covered = [1.0 - (1.0 - alpha) * omega ** math.log2(w) for w in range(1, topk + 1)]
+    return [covered[0]] + [covered[i] - covered[i - 1] for i in range(1, topk)]
 
 
 def reach_from_histogram(histogram: Sequence[int]) -> tuple[float, ...] | None:
