@@ -26,7 +26,7 @@ from autotune.search.perf.acceptance import (
     length_sampling_sd,
     tree_accept_dist,
 )
-from autotune.search.perf.model import MISFIT, Target
+from autotune.search.perf.model import MISFIT, PerfModel, Target
 from autotune.search.perf.step_cost import StepCost, Timed
 from autotune.space import load_space, space_from_dict
 from tests.e2e import autotune, study_dir
@@ -190,18 +190,22 @@ def trial(
     )
 
 
-def mtp_trials(steps: list[int], lie: float = 1.0) -> list[optuna.trial.FrozenTrial]:
-    """Deployments of the MTP chain measured as the model's physics says, one of them off
-    by `lie` (the last)."""
-    alphas = chain_alphas(8)
+def mtp_trials(
+    steps: list[int], lie: float = 1.0, ci: float | None = None, alphas_lie: float = 1.0
+) -> list[optuna.trial.FrozenTrial]:
+    """Deployments of the MTP chain measured as the model's physics says, the last one's
+    throughput off by `lie`; its draft accepting each position `alphas_lie` times as often
+    (the throughput following); every level measured to `ci` (relative 95 % half-width)."""
     out = []
     for i, s in enumerate(steps):
+        last = i == len(steps) - 1
+        alphas = [min(0.99, a * (alphas_lie if last else 1.0)) for a in chain_alphas(8)]
         running = int(1.0 / (0.02 + 0.004 * (s + 1)))
         rows, logs = [], []
         for c in (1, 16, 64):
             batch = min(c, running)
             t = 0.011 + 0.0004 * s + batch * (0.0006 + 0.00019 * (s + 1))
-            tput = batch * length_of(alphas[:s]) / t * (lie if i == len(steps) - 1 else 1.0)
+            tput = batch * length_of(alphas[:s]) / t * (lie if last else 1.0)
             hist = [round(1000 * x) for x in _dist(alphas[:s])]
             rows.append(
                 {
@@ -209,6 +213,7 @@ def mtp_trials(steps: list[int], lie: float = 1.0) -> list[optuna.trial.FrozenTr
                     "output_throughput": tput,
                     "accept_length": length_of(alphas[:s]),
                     "accept_histogram": hist,
+                    **({"ci_halfwidth": ci} if ci is not None else {}),
                 }
             )
             logs.append(math.log(tput))
@@ -245,6 +250,35 @@ def test_a_landscape_the_model_misfits_turns_it_off_and_says_why() -> None:
     assert model is None and status["on"] is False
     assert status["loo_rms"] > MISFIT
     assert "missed the measured values" in status["reason"]
+
+
+def test_a_residual_within_its_measured_interval_is_not_a_miss() -> None:
+    """The same 12 % excess read twice: measured to 2 % per level it is the model's miss;
+    measured to 40 % per level (the real llama-server's benchmark on this CPU: 35-50 %) it is
+    the benchmark's noise."""
+    tight = perf.build(MTP, TARGET, mtp_trials([3, 1, 6, 2], lie=1.12, ci=0.02))[1]
+    noisy = perf.build(MTP, TARGET, mtp_trials([3, 1, 6, 2], lie=1.12, ci=0.4))[1]
+    assert tight["on"] is False and tight["loo_rms"] > MISFIT
+    assert noisy["on"] is True and noisy["loo_rms"] < MISFIT
+
+
+def test_a_wrong_acceptance_curve_does_not_hide_behind_wide_throughput_intervals() -> None:
+    """The real llama-server's misfit landscape: a chain accepting far more than the deep
+    chain counted for its positions. Its throughput measured to 80 % per level, the value's
+    residual is within one sd and explained away; the accept length, counted on 1000
+    verify steps per level, is known to a few percent, and it is what the model got
+    wrong."""
+    trials = mtp_trials([3, 1, 6, 2], ci=0.8, alphas_lie=1.35)
+    status = perf.build(MTP, TARGET, trials)[1]
+    assert status["on"] is False and status["loo_rms"] > MISFIT, status
+    # The value alone would pass.
+    deployed = perf.model.deployments(MTP, TARGET, trials)
+    model = PerfModel.fit(MTP, TARGET, perf.model.held_out(deployed, 3))
+    assert isinstance(model, PerfModel)
+    predicted = model.predict(deployed[3].config)
+    assert predicted is not None and deployed[3].log_value is not None
+    residual = predicted.log_value - deployed[3].log_value
+    assert perf.model.unexplained(residual, perf.model.value_sd(deployed[3], TARGET)) == 0.0
 
 
 def test_the_model_is_off_where_its_physics_does_not_apply() -> None:

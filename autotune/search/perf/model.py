@@ -18,8 +18,14 @@ each part carries its own uncertainty. The model is checked before it is
 trusted: once MIN_CHECKED deployments were measured, each of the latest
 CHECKED is predicted from the deployments of other draft shapes (its whole
 shape left out: the configs the model steered to, deployed again, do not
-vouch for it), and a root-mean-square error above MISFIT turns it off -- the
-sampler then runs as before (a GP
+vouch for it), and a root-mean-square miss above MISFIT turns it off. Each
+residual is compared with what measured it: the value's with its levels'
+95 % intervals, the accept length's with the error of the verify steps the
+server counted (the measurement's variance taken out of the residual's
+square); a deployment misses by the larger of the two. A noisy
+benchmark is not read as a wrong model, and a wrong acceptance curve cannot
+hide behind a CPU server's wide throughput intervals, since the server counts
+acceptance precisely. The sampler then runs as before (a GP
 from scratch) and the study's record says why. It is off from the start
 where its physics does not hold: a space without `draft_shape` (n-gram
 drafting, adaptive speculation), the Pareto objective, or deployments whose
@@ -40,14 +46,15 @@ from autotune.search import capacity, records
 from autotune.search.records import config_of, measured, value_of
 from autotune.space import SearchSpace
 
-from .acceptance import Acceptance, Seen, reach_from_histogram
+from .acceptance import Acceptance, Seen, length_sampling_sd, reach_from_histogram
 from .step_cost import StepCost, Timed
 
 #: Deployments measured before predictions are checked against them, and how many of
 #: the latest are checked.
 MIN_CHECKED = 3
 CHECKED = 6
-#: Leave-one-out RMS error of the log value above which the model is not trusted.
+#: Leave-one-out RMS miss (log units, beyond each measurement's error) above which the
+#: model is not trusted.
 MISFIT = 0.08
 #: Relative error of a capacity-limited batch when only its rule bounds are known.
 _CAPACITY_SD = 0.05
@@ -272,9 +279,10 @@ def _build(
             status.update(
                 on=False,
                 reason=(
-                    f"its predictions missed the measured values by {rms:.1%} RMS (each of the "
-                    f"latest {min(CHECKED, len(deployed))} deployments predicted from the "
-                    f"others; trusted below {MISFIT:.0%}): the GP learns from scratch"
+                    f"its predictions missed the measured values by {rms:.1%} RMS beyond their "
+                    f"intervals (each of the latest {min(CHECKED, len(deployed))} deployments "
+                    f"predicted from the other draft shapes'; trusted below {MISFIT:.0%}): "
+                    "the GP learns from scratch"
                 ),
             )
             return None, status
@@ -300,10 +308,11 @@ def held_out(deployed: Sequence[Deployed], i: int) -> list[Deployed]:
 
 
 def loo_error(space: SearchSpace, target: Target, deployed: Sequence[Deployed]) -> float | None:
+    """RMS of the misses of the latest CHECKED deployments, each predicted without its shape."""
     scored = [i for i, d in enumerate(deployed) if d.log_value is not None]
     if len(scored) < MIN_CHECKED:
         return None
-    errors = []
+    misses = []
     for i in scored[-CHECKED:]:
         d, rest = deployed[i], held_out(deployed, i)
         model = PerfModel.fit(space, target, rest)
@@ -311,10 +320,50 @@ def loo_error(space: SearchSpace, target: Target, deployed: Sequence[Deployed]) 
             continue
         p = model.predict(d.config)
         if p is not None and d.log_value is not None:
-            errors.append(p.log_value - d.log_value)
-    if len(errors) < MIN_CHECKED - 1:
+            misses.append(miss(p, d, target))
+    if len(misses) < MIN_CHECKED - 1:
         return None
-    return float(np.sqrt(np.mean(np.square(errors))))
+    return float(np.sqrt(np.mean(np.square(misses))))
+
+
+def miss(p: Prediction, d: Deployed, target: Target) -> float:
+    """How far a prediction missed a deployment, its measurement error taken out (log
+    units): the larger of its value's miss and its accept length's."""
+    assert d.log_value is not None
+    value = unexplained(p.log_value - d.log_value, value_sd(d, target))
+    lengths = [x for r in d.levels if (x := _accept_length(r))]
+    if not lengths or d.shape[0] == 0:
+        return value
+    measured = float(np.mean(lengths))
+    accept = unexplained(math.log(p.accept_length / measured), accept_sd(d, measured))
+    return max(value, accept)
+
+
+def unexplained(residual: float, sd: float) -> float:
+    """The part of a residual its measurement's sd does not explain: a residual's square is
+    the model's error squared plus the measurement's variance (0 where the variance covers
+    it; a residual is never excused by more than its own measurement)."""
+    return math.sqrt(max(0.0, residual * residual - sd * sd))
+
+
+def value_sd(d: Deployed, target: Target) -> float:
+    """Relative sd of a deployment's measured value from its scored levels' 95 % intervals
+    (the geometric mean of n levels: their variances summed over n squared); 0 where no
+    level carries one."""
+    scored = [r for r in d.levels if r.get("concurrency") in target.scored]
+    halves = [h for r in scored if isinstance(h := r.get("ci_halfwidth"), (int, float))]
+    if not scored or not halves:
+        return 0.0
+    return math.sqrt(sum((h / 1.96) ** 2 for h in halves)) / len(scored)
+
+
+def accept_sd(d: Deployed, length: float) -> float:
+    """Relative sd of a deployment's measured accept length from the verify steps its server
+    counted; 0 where it did not say how many (the mean is then taken as exact)."""
+    reach, steps = _reach(d.levels)
+    if not reach or not steps:
+        return 0.0
+    return length_sampling_sd(reach, steps) / length
 
 
 def deployments(
