@@ -45,6 +45,7 @@ __all__ = [
     "TIER_SWITCH",
     "UNKNOWN_ALGORITHM",
     "Since",
+    "decode_alloc_tokens",
     "decode_capture_sizes",
     "in_range",
     "version_key",
@@ -244,6 +245,17 @@ ADAPTIVE_CANDIDATE_STEPS: dict[int, tuple[int, ...]] = {
     32: (0, 1),
     64: (0,),
 }
+
+
+# --------------------------------------------------------------------------- memory
+def decode_alloc_tokens(steps: int, topk: int, draft: int) -> int:
+    """KV slots one running request takes per decode step with EAGLE-style speculation:
+    `max(spec_steps * spec_topk, spec_tokens)` (srt/mem_cache/allocation_sizing.py, 0.5.16
+    on; 0.5.23 lines 38-53, for page size 1 or a chain; a paged tree reserves whole pages
+    per branch, which no shipped space deploys). The simulator sizes its pools by it and
+    every search space's `memory_per_request` states it, both checked against the wheels
+    (tests/conformance/test_sglang_wheels.py)."""
+    return max(steps * topk, draft)
 
 
 # --------------------------------------------------------------------------- CUDA graphs

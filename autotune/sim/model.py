@@ -377,12 +377,11 @@ class Pools:
 
 
 def alloc_len(spec: Spec) -> int:
-    """KV slots one running request takes per decode step: 0.5.23's
-    `max(steps * topk, draft_tokens)` (srt/mem_cache/allocation_sizing.py); 1 without
-    speculation."""
+    """KV slots one running request takes per decode step (the engine's rule,
+    `sglang_facts.decode_alloc_tokens`); 1 without speculation."""
     if not spec.on:
         return 1
-    return max(spec.steps * spec.topk, spec.draft)
+    return sglang_facts.decode_alloc_tokens(spec.steps, spec.topk, spec.draft)
 
 
 def capacity(

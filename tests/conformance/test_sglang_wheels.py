@@ -499,6 +499,7 @@ def test_the_memory_per_decode_step(wheel: Wheel) -> None:
     for steps, topk, draft in ((1, 1, 2), (3, 1, 4), (2, 4, 9), (4, 2, 5), (8, 8, 64), (2, 8, 3)):
         env = {"spec_steps": steps, "spec_topk": topk, "spec_tokens": draft}
         want = eval(rule, {"max": max}, env)
+        assert facts.decode_alloc_tokens(steps, topk, draft) == want
         assert sim_model.alloc_len(sim_model.Spec(steps, topk, draft)) == want
         config = {"speculative_num_steps": steps, "speculative_eagle_topk": topk,
                   "speculative_num_draft_tokens": draft}  # fmt: skip
