@@ -13,6 +13,7 @@ import pytest
 from autotune.search import objective
 from bench import sample_efficiency
 from bench.efficiency import metrics
+from bench.efficiency.candidates import CORE, GPU_TIME
 from bench.efficiency.cells import Cell, cell_config, landscape
 from bench.efficiency.grid import grid_on_space, sglang_grid
 from bench.efficiency.priors import informative_configs
@@ -132,15 +133,29 @@ def test_regression_default_beats_random_on_two_cells():
 
 
 @pytest.mark.slow  # an end-to-end run: not in make test-fast
-def test_the_script_writes_its_table(tmp_path):
-    out = tmp_path / "table.md"
+def test_the_script_writes_its_table_from_raw_files_it_can_resume(tmp_path):
+    out, raw_dir = tmp_path / "table.md", tmp_path / "raw"
     argv = ["--seeds", "2", "--cells", "mtp qwen greedy", "--workers", "1", "--out", str(out)]
+    argv += ["--raw", str(raw_dir)]
     assert sample_efficiency.main(argv) == 0
     text = out.read_text()
     assert "| mtp qwen greedy c1 | 8 (8, 2) | default |" in text
     assert "| grid |" in text
     assert "## Several hosts on one study" in text
     assert "| mtp qwen greedy c1 | " in text.split("## Several hosts")[1]
+    assert "`bench/sample_efficiency.py --seeds 2 --cells mtp qwen greedy" in text.splitlines()[2]
+    # One file per cell, every study in it: the table rebuilds from them alone.
+    files = sorted(p.name for p in raw_dir.iterdir())
+    assert files == ["mtp-qwen-greedy-c1.jsonl", "mtp-qwen-greedy-geomean.jsonl"]
+    out.unlink()
+    assert sample_efficiency.main(["--rebuild", "--out", str(out), "--raw", str(raw_dir)]) == 0
+    assert out.read_text() == text
+    # Run again at the same commit with the same settings: nothing to run, nothing added.
+    studies = [x for x in (raw_dir / files[0]).read_text().splitlines() if '"seed"' in x]
+    assert sample_efficiency.main(argv) == 0
+    again = [x for x in (raw_dir / files[0]).read_text().splitlines() if '"seed"' in x]
+    candidates = len(CORE + GPU_TIME)
+    assert again == studies and len(studies) == 2 * candidates + 2 * 3  # and 3 host counts
 
 
 def test_hosts_proposing_together_never_pick_a_config_being_measured():
@@ -164,6 +179,7 @@ def test_hosts_proposing_together_never_pick_a_config_being_measured():
         (["--seeds", "0"], "--seeds and --budget must be at least 1"),
         (["--candidates", "cmaes"], "unknown candidate(s): cmaes"),
         (["--hosts", "2,4"], "--hosts must start with 1"),
+        (["--rebuild", "--raw", "/nonexistent"], "no finished cell under /nonexistent"),
     ],
 )
 def test_the_script_refuses_nonsense_in_one_line(argv, problem, capsys):
