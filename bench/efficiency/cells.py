@@ -19,6 +19,8 @@ from autotune.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
 from autotune.sim.truth import Truth
 from autotune.unit import unitfile
 
+from . import foreign
+
 REPO = Path(__file__).resolve().parents[2]
 UNIT_FILE = REPO / "examples" / "sglang-sim.service"
 
@@ -28,6 +30,10 @@ WORKLOADS = ("natural", "greedy")
 OBJECTIVES: dict[str, tuple[dict[str, Any], list[int]]] = {
     "c1": ({"mode": "single", "level": 1}, [1]),
     "geomean": ({"mode": "geomean", "constraints": {"min_running_requests": 16}}, [1, 16, 64]),
+}
+#: Objectives only the foreign cells score (their sources measured batch 64 alone).
+FOREIGN_OBJECTIVES: dict[str, tuple[dict[str, Any], list[int]]] = {
+    "c64": ({"mode": "single", "level": 64}, [64]),
 }
 PROFILE_SHORT = {
     "qwen3.5-122b-a10b-mtp": "qwen",
@@ -50,18 +56,25 @@ class Cell:
 
 
 def all_cells() -> list[Cell]:
-    return [
+    """The simulator's cells, then the foreign ones (`foreign.py`: measured by others)."""
+    simulated = [
         Cell(space, profile, workload, objective)
         for space in SPACES
         for objective in OBJECTIVES
         for profile in PROFILES
         for workload in WORKLOADS
     ]
+    measured = [
+        Cell(foreign.SPACE, name, "natural", objective)
+        for name in foreign.names()
+        for objective in foreign.by_name(name).objectives
+    ]
+    return simulated + measured
 
 
 def cell_config(cell: Cell, study: dict[str, Any] | None = None) -> Config:
     """The Config a user tuning this cell would have (the demo's unit file as the target)."""
-    objective, levels = OBJECTIVES[cell.objective]
+    objective, levels = {**OBJECTIVES, **FOREIGN_OBJECTIVES}[cell.objective]
     data = {
         "study": {"name": "efficiency", "storage": "sqlite:///:memory:", **(study or {})},
         "target": {"engine": "sglang", "deploy": "local-process", "unit_file": str(UNIT_FILE)},
@@ -69,6 +82,8 @@ def cell_config(cell: Cell, study: dict[str, Any] | None = None) -> Config:
         "benchmark": {"concurrency": levels, "workload": cell.workload, "max_tokens": 256},
         "objective": objective,
     }
+    if cell.space == foreign.SPACE:
+        return foreign.config(foreign.by_name(cell.profile), data)
     return config_from_dict(data, f"<cell {cell.label}>", REPO)
 
 
@@ -81,6 +96,9 @@ class Landscape:
     best: Truth
     profile: str = DEFAULT_PROFILE
     """The simulator profile: what a deployment costs to load (`cost.LOAD_S`)."""
+    noise: float | None = None
+    """The spread to draw measurements at, where the landscape states its own (a foreign
+    cell's source); None: the run's."""
 
     def truth(self, config: dict[str, Any]) -> Truth:
         return self.by_key[self.cfg.space.key(config)]
@@ -101,6 +119,11 @@ class Landscape:
 def landscape(cell: Cell) -> Landscape:
     cfg = cell_config(cell)
     unit = UNIT_FILE.read_text()
+    if cell.space == foreign.SPACE:
+        source = foreign.by_name(cell.profile)
+        table = foreign.table(source, cfg, unit)
+        by_key = {cfg.space.key(t.config): t for t in table}
+        return Landscape(cfg, by_key, truth.optimum(table), source.host_profile, source.noise)
     parsed = truth.sim_args_of_unit(unit)
     table = truth.space_truth(
         get_profile(cell.profile),
@@ -126,5 +149,8 @@ FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-n
 def baseline_flags(cell: Cell) -> dict[str, str | None]:
     """The demo unit's flags with the cell's starting point: the study's baseline (trial 0)."""
     flags = unitfile.flags(unitfile.parse_exec_start(UNIT_FILE.read_text()).argv)
-    start = SGLANG_AUTO.get(cell.profile, SGLANG_AUTO_OTHERS)
+    if cell.space == foreign.SPACE:
+        start = foreign.by_name(cell.profile).baseline
+    else:
+        start = SGLANG_AUTO.get(cell.profile, SGLANG_AUTO_OTHERS)
     return {**flags, **{flag: str(v) for flag, v in zip(FLAGS, start, strict=True)}}

@@ -38,6 +38,7 @@ def run_rounds(
     cell: Cell, seed: int, hosts: int, max_rounds: int, noise: float = SIM_NOISE
 ) -> RoundsTrace:
     land = landscape(cell)
+    noise = land.noise if land.noise is not None else noise
     cfg = land.cfg
     # No budget of its own: the rounds stop it. Seeds as in the main table.
     study_cfg = dataclasses.replace(cfg.study, seed=seed, n_trials=10**6)

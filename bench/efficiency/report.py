@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from autotune.config import BenchmarkConfig
 
+from . import foreign
 from .cells import Cell, landscape
 from .grid import BATCH_SIZES, grid_on_space, sglang_grid
 from .metrics import REGRET_AT, Stats
@@ -150,7 +151,18 @@ def _shape(cell: Cell) -> str:
 
 def _space_notes(cells: Sequence[Cell]) -> list[str]:
     notes = []
-    for space in sorted({c.space for c in cells}):
+    for cell in cells:
+        if cell.space == foreign.SPACE:
+            source = foreign.by_name(cell.profile)
+            land = landscape(cell)
+            filled, scored = source.levels(land.cfg.benchmark.concurrency)
+            notes.append(
+                f"`{cell.label}`: measured by others, {source.url} "
+                f"(`bench/efficiency/foreign/{source.path.name}`): {land.size} configs, "
+                f"{filled} of the {scored} values scored filled by the file's rule "
+                f"({100 * filled / scored:.0f} %), drawn at {100 * source.noise:g} % noise."
+            )
+    for space in sorted({c.space for c in cells} - {foreign.SPACE}):
         land = landscape(next(c for c in cells if c.space == space))
         grid = len(grid_on_space(land.cfg.space))
         notes.append(

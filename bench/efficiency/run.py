@@ -86,6 +86,7 @@ def run_to(
 
 def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = SIM_NOISE) -> Trace:
     land = landscape(cell)
+    noise = land.noise if land.noise is not None else noise
     cand = CANDIDATES[candidate]
     cfg = configure(cand, land.cfg, seed)
     study = in_memory_study(cfg, cand.sampler(cfg))

@@ -151,17 +151,19 @@ class SimulatedServer:
         """The level as the trial records it (`LevelResult.to_dict`), with what the
         performance model reads: accept length, and with `benchmark.endpoint: generate`
         SGLang's histogram of accepted drafts over the window's verify steps."""
+        row = {
+            "concurrency": truth["concurrency"],
+            "output_throughput": got["output_throughput"],
+            "ttft_ms_p99": got["ttft_p99_ms"],
+            "itl_ms_p50": got["itl_p50_ms"],
+        }
+        if truth["accept_length"] is None:
+            return row  # a foreign cell whose source posted no accept length
         length = float(truth["accept_length"])
         steps = max(1, round(got["output_throughput"] * self.cost.window_s(truth) / length))
         counts = self._counts.multinomial(steps, _normalised(truth["accept_dist"]))
         sampled = float(sum((i + 1) * n for i, n in enumerate(counts))) / steps
-        row = {
-            "concurrency": truth["concurrency"],
-            "output_throughput": got["output_throughput"],
-            "accept_length": round(sampled, 4),
-            "ttft_ms_p99": got["ttft_p99_ms"],
-            "itl_ms_p50": got["itl_p50_ms"],
-        }
+        row["accept_length"] = round(sampled, 4)
         # Only the native endpoint carries SGLang's per-request histogram (the client reads
         # it from `meta_info`); the OpenAI-compatible default gives the mean alone.
         if self.endpoint == "generate":

@@ -1,0 +1,79 @@
+"""Foreign cells: landscapes others measured on real GPUs, replayed by the efficiency harness
+(bench/efficiency/foreign.py, one data file per source under bench/efficiency/foreign/)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.efficiency import foreign
+from bench.efficiency.cells import Cell, all_cells, baseline_flags, landscape
+from bench.efficiency.run import run_one
+
+
+def _cell(name: str, objective: str) -> Cell:
+    return Cell(foreign.SPACE, name, "natural", objective)
+
+
+def _best_steps(name: str, objective: str) -> int:
+    return int(landscape(_cell(name, objective)).best.config["speculative_num_steps"])
+
+
+def test_every_source_file_loads_into_cells_with_a_cited_source() -> None:
+    cells = [c for c in all_cells() if c.space == foreign.SPACE]
+    assert len(cells) >= 5
+    for cell in cells:
+        source = foreign.by_name(cell.profile)
+        assert source.url.startswith("https://github.com/"), source.path
+        land = landscape(cell)
+        assert land.size == len(source.rows)  # the space is exactly the configs measured
+        assert land.noise == source.noise
+        steps = baseline_flags(cell)["--speculative-num-steps"]
+        assert steps == str(source.baseline[0])
+
+
+@pytest.mark.parametrize(
+    "name,objective,steps",
+    [
+        # The authors' own words about their tables: "E1 has optimal K=3 and E3 has optimal
+        # K=4" (vLLM issue 20780); "Qwen3-235B-A22B performs best with step=4 at BS=1 but
+        # step=2 at BS=64" (SGLang PR 22246; at BS=1 steps 4 and 5 tie at 199 tok/s).
+        ("llama8b-eagle1-20780", "c1", 3),
+        ("llama8b-eagle3-20780", "c1", 4),
+        ("qwen235b-22246", "c64", 2),
+    ],
+)
+def test_the_replayed_optimum_is_the_one_the_source_names(
+    name: str, objective: str, steps: int
+) -> None:
+    assert _best_steps(name, objective) == steps
+
+
+def test_a_tpot_row_is_one_requests_throughput() -> None:
+    land = landscape(_cell("llama8b-eagle3-20780", "c1"))
+    four = land.truth(
+        {"speculative_num_steps": 4, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 5}
+    )
+    assert four.value == pytest.approx(1000 / 4.05)  # TPOT 4.05 ms at batch 1
+    assert four.levels[0]["accept_length"] == 3.08
+
+
+def test_filled_values_are_counted_and_shown() -> None:
+    glm = foreign.by_name("glm47-22246")
+    assert glm.levels([1, 16, 64]) == (1, 15)
+    assert glm.levels([1]) == (0, 5)
+
+
+def test_the_counting_rule_keeps_the_posted_mean() -> None:
+    for mean, depth in ((2.36, 2), (3.54, 7), (1.2, 4)):
+        dist = foreign.chain_dist(mean, depth)
+        assert sum(dist) == pytest.approx(1.0)
+        assert sum((i + 1) * p for i, p in enumerate(dist)) == pytest.approx(mean)
+
+
+def test_without_a_posted_accept_length_the_model_stays_off() -> None:
+    # SGLang PR 22246 posts throughput only: nothing for the model to fit.
+    trace = run_one(_cell("qwen235b-22246", "geomean"), "default", seed=0, budget=4)
+    assert not any(trace.model_on)
+    # vLLM issue 20780 posts the accept length: the model fits and steers.
+    trace = run_one(_cell("llama8b-eagle3-20780", "c1"), "default", seed=0, budget=4)
+    assert any(trace.model_on)
