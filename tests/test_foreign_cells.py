@@ -21,9 +21,12 @@ def _best_steps(name: str, objective: str) -> int:
 def test_every_source_file_loads_into_cells_with_a_cited_source() -> None:
     cells = [c for c in all_cells() if c.space == foreign.SPACE]
     assert len(cells) >= 5
+    assert sum(isinstance(foreign.by_name(c.profile), foreign.Source) for c in cells) >= 3
     for cell in cells:
         source = foreign.by_name(cell.profile)
         assert source.url.startswith("https://github.com/"), source.path
+        if isinstance(source, foreign.Cost):
+            continue  # the next test
         land = landscape(cell)
         assert land.size == len(source.rows)  # the space is exactly the configs measured
         assert land.noise == source.noise
@@ -77,3 +80,24 @@ def test_without_a_posted_accept_length_the_model_stays_off() -> None:
     # vLLM issue 20780 posts the accept length: the model fits and steers.
     trace = run_one(_cell("llama8b-eagle3-20780", "c1"), "default", seed=0, budget=4)
     assert any(trace.model_on)
+
+
+def test_a_cost_cell_lays_the_measured_cost_on_its_simulator_cell() -> None:
+    base = landscape(Cell("sglang-eagle", "llama3.1-8b-eagle3-h100", "natural", "geomean"))
+    tree = landscape(_cell("tree-mask-cost", "geomean"))
+    cliff = landscape(_cell("graph-cliff-cost", "geomean"))
+    chain = {"speculative_num_steps": 3, "speculative_eagle_topk": 1}
+    chain["speculative_num_draft_tokens"] = 4
+    wide = {"speculative_num_steps": 5, "speculative_eagle_topk": 4}
+    wide["speculative_num_draft_tokens"] = 8
+    # A tree runs 1.113 times as long (vLLM PR 20401's masked kernel); a chain as before.
+    assert tree.truth(wide).value == pytest.approx(base.truth(wide).value / 1.113)
+    assert tree.truth(chain).value == pytest.approx(base.truth(chain).value)
+    # Above 32 running requests every iteration is eager, 4.2 times as long (SGLang issue
+    # 33483): only the level at concurrency 64 (48 running) pays, a third of the geomean.
+    levels = cliff.truth(chain).levels
+    assert [lv["batch"] for lv in levels] == [1, 16, 48]
+    slowed = [b["output_throughput"] / c["output_throughput"] for b, c in
+              zip(base.truth(chain).levels, levels, strict=True)]  # fmt: skip
+    assert slowed == pytest.approx([1.0, 1.0, 4.2])
+    assert cliff.truth(chain).value == pytest.approx(base.truth(chain).value / 4.2 ** (1 / 3))

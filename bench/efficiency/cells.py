@@ -65,11 +65,16 @@ def all_cells() -> list[Cell]:
         for workload in WORKLOADS
     ]
     measured = [
-        Cell(foreign.SPACE, name, "natural", objective)
+        Cell(foreign.SPACE, name, _workload(name), objective)
         for name in foreign.names()
         for objective in foreign.by_name(name).objectives
     ]
     return simulated + measured
+
+
+def _workload(name: str) -> str:
+    source = foreign.by_name(name)
+    return source.base[2] if isinstance(source, foreign.Cost) else "natural"
 
 
 def cell_config(cell: Cell, study: dict[str, Any] | None = None) -> Config:
@@ -83,7 +88,10 @@ def cell_config(cell: Cell, study: dict[str, Any] | None = None) -> Config:
         "objective": objective,
     }
     if cell.space == foreign.SPACE:
-        return foreign.config(foreign.by_name(cell.profile), data)
+        source = foreign.by_name(cell.profile)
+        if isinstance(source, foreign.Cost):
+            return cell_config(Cell(*source.base), study)
+        return foreign.config(source, data)
     return config_from_dict(data, f"<cell {cell.label}>", REPO)
 
 
@@ -121,6 +129,11 @@ def landscape(cell: Cell) -> Landscape:
     unit = UNIT_FILE.read_text()
     if cell.space == foreign.SPACE:
         source = foreign.by_name(cell.profile)
+        if isinstance(source, foreign.Cost):
+            base = landscape(Cell(*source.base))
+            table = foreign.with_cost(source, list(base.by_key.values()), cfg)
+            by_key = {cfg.space.key(t.config): t for t in table}
+            return Landscape(cfg, by_key, truth.optimum(table), base.profile)
         table = foreign.table(source, cfg, unit)
         by_key = {cfg.space.key(t.config): t for t in table}
         return Landscape(cfg, by_key, truth.optimum(table), source.host_profile, source.noise)
@@ -149,8 +162,11 @@ FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-n
 def baseline_flags(cell: Cell) -> dict[str, str | None]:
     """The demo unit's flags with the cell's starting point: the study's baseline (trial 0)."""
     flags = unitfile.flags(unitfile.parse_exec_start(UNIT_FILE.read_text()).argv)
-    if cell.space == foreign.SPACE:
-        start = foreign.by_name(cell.profile).baseline
+    source = foreign.by_name(cell.profile) if cell.space == foreign.SPACE else None
+    if isinstance(source, foreign.Cost):
+        return baseline_flags(Cell(*source.base))
+    if source is not None:
+        start = source.baseline
     else:
         start = SGLANG_AUTO.get(cell.profile, SGLANG_AUTO_OTHERS)
     return {**flags, **{flag: str(v) for flag, v in zip(FLAGS, start, strict=True)}}

@@ -67,12 +67,40 @@ class Source:
         return filled, len(self.rows) * len(scored)
 
 
+@dataclass(frozen=True)
+class Cost:
+    """A cost the performance model's form cannot express, as an engine's issue or PR
+    measured it, laid on a simulator cell's landscape."""
+
+    name: str
+    path: Path
+    url: str
+    base: tuple[str, str, str, str]
+    """The simulator cell: space, profile, workload, objective."""
+    rule: str
+    """`tree_step`: topk > 1 runs every iteration `factor` times as long; `eager_above_batch`:
+    a level whose running batch is above `batch` does."""
+    factor: float
+    batch: int | None = None
+
+    @property
+    def objectives(self) -> tuple[str, ...]:
+        return (self.base[3],)
+
+    def slowdown(self, shape: Shape, level: Mapping[str, Any]) -> float:
+        """How many times as long this config's iteration takes at this level."""
+        if self.rule == "tree_step":
+            return self.factor if shape[1] > 1 else 1.0
+        assert self.rule == "eager_above_batch" and self.batch is not None
+        return self.factor if int(level["batch"]) > self.batch else 1.0
+
+
 def names() -> list[str]:
     return [load(p).name for p in sorted(FOREIGN_DIR.glob("*.yaml"))]
 
 
 @functools.cache
-def by_name(name: str) -> Source:
+def by_name(name: str) -> Source | Cost:
     for p in sorted(FOREIGN_DIR.glob("*.yaml")):
         source = load(p)
         if source.name == name:
@@ -80,8 +108,21 @@ def by_name(name: str) -> Source:
     raise KeyError(f"no foreign cell named {name!r} under {FOREIGN_DIR}")
 
 
-def load(path: Path) -> Source:
+def load(path: Path) -> Source | Cost:
     data = yaml.safe_load(path.read_text())
+    if data.get("kind") == "cost":
+        b = data["base"]
+        if data["rule"] not in ("tree_step", "eager_above_batch"):
+            raise ValueError(f"{path}: rule {data['rule']!r} is not tree_step or eager_above_batch")
+        return Cost(
+            data["name"],
+            path,
+            data["source"]["url"],
+            (b["space"], b["profile"], b["workload"], b["objective"]),
+            data["rule"],
+            float(data["factor"]),
+            int(data["batch"]) if "batch" in data else None,
+        )
     rows = []
     for r in data["rows"]:
         shape = tuple(int(x) for x in r["config"])
@@ -180,13 +221,8 @@ def table(source: Source, cfg: Config, unit_text: str) -> list[Truth]:
                 c["speculative_num_draft_tokens"],
             )
         ]
-        levels = tuple(_level(lv, row, source.max_running_requests) for lv in t.levels)
-        tput = [float(lv["output_throughput"]) for lv in levels]
-        if cfg.objective.mode == "geomean":
-            value = math.exp(sum(map(math.log, tput)) / len(tput))
-        else:
-            value = tput[list(cfg.benchmark.concurrency).index(cfg.objective.level)]
-        out.append(Truth(c, t.resolved, True, (value,), levels))
+        levels = [_level(lv, row, source.max_running_requests) for lv in t.levels]
+        out.append(Truth(c, t.resolved, True, (_value(cfg, levels),), tuple(levels)))
     return out
 
 
@@ -212,6 +248,41 @@ def _level(host: Mapping[str, Any], row: Row, running: int) -> dict[str, Any]:
         dist = chain_dist(row.accept_length, row.shape[2] - 1)
         level.update(accept_length=row.accept_length, accept_dist=list(dist))
     return level
+
+
+def with_cost(cost: Cost, base: list[Truth], cfg: Config) -> list[Truth]:
+    """The simulator cell's landscape with the cost laid on: each level's throughput divided
+    by its slowdown, the value scored again (feasibility is the simulator's)."""
+    out = []
+    for t in base:
+        if not t.feasible or t.resolved is None:
+            out.append(t)
+            continue
+        shape = cfg.space.shape(t.config)
+        assert shape is not None
+        levels = []
+        for lv in t.levels:
+            slow = cost.slowdown(shape, lv)
+            levels.append(
+                {
+                    **lv,
+                    "output_throughput": float(lv["output_throughput"]) / slow,
+                    "tpot_ms": float(lv["tpot_ms"]) * slow,
+                    "iteration_ms": float(lv["iteration_ms"]) * slow,
+                    "request_throughput": float(lv["request_throughput"]) / slow,
+                }
+            )
+        out.append(
+            Truth(t.config, t.resolved, True, (_value(cfg, levels),), tuple(levels), t.reason)
+        )
+    return out
+
+
+def _value(cfg: Config, levels: list[dict[str, Any]]) -> float:
+    tput = [float(lv["output_throughput"]) for lv in levels]
+    if cfg.objective.mode == "geomean":
+        return math.exp(sum(map(math.log, tput)) / len(tput))
+    return tput[list(cfg.benchmark.concurrency).index(cfg.objective.level)]
 
 
 def chain_dist(mean: float, depth: int) -> tuple[float, ...]:

@@ -155,6 +155,14 @@ def _space_notes(cells: Sequence[Cell]) -> list[str]:
         if cell.space == foreign.SPACE:
             source = foreign.by_name(cell.profile)
             land = landscape(cell)
+            if isinstance(source, foreign.Cost):
+                notes.append(
+                    f"`{cell.label}`: the simulator cell `{Cell(*source.base).label}` with a "
+                    f"cost the model's form cannot express, as measured in {source.url} "
+                    f"(`bench/efficiency/foreign/{source.path.name}`: {source.rule}, "
+                    f"x {source.factor:g})."
+                )
+                continue
             filled, scored = source.levels(land.cfg.benchmark.concurrency)
             notes.append(
                 f"`{cell.label}`: measured by others, {source.url} "
