@@ -36,6 +36,7 @@ class Stats:
     loo_rms: float | None = None  # median of the studies' last leave-one-out error
     lost_good: int = 0  # over every study: configs worth TARGET skipped or barred unmeasured
     lost: int = 0  # over every study: configs skipped or barred unmeasured
+    t98_median_ci: tuple[float, float] = (math.nan, math.nan)  # the median's 95 % interval
 
 
 def trials_to_target(trace: Trace, target: float = TARGET, *, found: bool = False) -> float:
@@ -66,6 +67,20 @@ def percentile(values: Sequence[float], q: float) -> float:
     """Nearest rank: the smallest value that at least q of the runs are at or below."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def median_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float]:
+    """A distribution-free interval for the median: the order statistics (j, k) around the
+    middle whose binomial(n, 1/2) mass between them is at least `level` (the widest, the
+    smallest and largest value, when n is too small for that)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    pmf = [math.comb(n, i) / 2**n for i in range(n + 1)]
+    for j in range(n // 2, -1, -1):
+        # P(X_(j+1) <= median <= X_(n-j)) = P(j < B < n - j), B ~ binomial(n, 1/2)
+        if sum(pmf[j + 1 : n - j]) >= level or j == 0:
+            return ordered[j], ordered[n - 1 - j]
+    return ordered[0], ordered[-1]
 
 
 def summarise(traces: Sequence[Trace], budget: int) -> Stats:
@@ -100,6 +115,7 @@ def summarise(traces: Sequence[Trace], budget: int) -> Stats:
         loo_rms=_median([t.loo_rms for t in traces if t.loo_rms is not None]),
         lost_good=sum(r >= TARGET - 1e-12 for t in traces for r in t.lost),
         lost=sum(len(t.lost) for t in traces),
+        t98_median_ci=median_interval(t98),
     )
 
 

@@ -87,6 +87,8 @@ def markdown(
         "pick among the measured feasible trials, see `study.update_model_best`), before any "
         "finalist is measured again.",
         "- median / p90: nearest rank over the seeds (that share of studies had got there); "
+        "in brackets the median's 95 % interval (order statistics, distribution-free: with few "
+        f"seeds it is wide, and two candidates whose intervals overlap are not told apart); "
         f"`>{budget}`: not within the budget. found: median deployments until a config worth "
         "98 % had been deployed at all (what a noise-free study would have declared).",
         "- reached: share of studies that got there. infeasible: share of deployments on "
@@ -124,6 +126,7 @@ def markdown(
             applied += " | " + " | ".join(f"{r:.1f}" for r in s.finalist_runs)
             lines.append(
                 f"| {cell.label} | {shape} | {name} | {_n(s.t98_median, budget)} "
+                f"({_n(s.t98_median_ci[0], budget)}-{_n(s.t98_median_ci[1], budget)}) "
                 f"| {_n(s.t98_p90, budget)} | {_h(s.gpu_h_median)} / {_h(s.gpu_h_p90)} "
                 f"| {_n(s.found_median, budget)} "
                 f"| {100 * s.reached:.0f} % | {100 * s.infeasible:.0f} % | {regret} | {applied} |"
