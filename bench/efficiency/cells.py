@@ -134,22 +134,27 @@ def landscape(cell: Cell) -> Landscape:
             table = foreign.with_cost(source, list(base.by_key.values()), cfg)
             by_key = {cfg.space.key(t.config): t for t in table}
             return Landscape(cfg, by_key, truth.optimum(table), base.profile)
-        table = foreign.table(source, cfg, unit)
+        host = simulated_table(cfg, unit, source.host_profile, "natural")
+        table = foreign.table(source, cfg, host)
         by_key = {cfg.space.key(t.config): t for t in table}
         return Landscape(cfg, by_key, truth.optimum(table), source.host_profile, source.noise)
-    parsed = truth.sim_args_of_unit(unit)
-    table = truth.space_truth(
-        get_profile(cell.profile),
-        parsed.launch,
+    table = simulated_table(cfg, unit, cell.profile, cell.workload)
+    by_key = {cfg.space.key(t.config): t for t in table}
+    return Landscape(cfg, by_key, truth.optimum(table), cell.profile)
+
+
+def simulated_table(cfg: Config, unit: str, profile: str, workload: str) -> list[Truth]:
+    """The simulator's noise-free value of every valid config of `cfg`'s space."""
+    return truth.space_truth(
+        get_profile(profile),
+        truth.sim_args_of_unit(unit).launch,
         [c.params for c in cfg.space.enumerate() if c.valid],
         cfg.objective,
         cfg.benchmark.concurrency,
-        workload=cell.workload,
+        workload=workload,
         max_tokens=cfg.benchmark.max_tokens,
         input_len=truth.benchmark_input_len(cfg.benchmark.workload, cfg.benchmark.endpoint),
     )
-    by_key = {cfg.space.key(t.config): t for t in table}
-    return Landscape(cfg, by_key, truth.optimum(table), cell.profile)
 
 
 #: The unit's speculative settings before tuning: what SGLang chooses itself when a unit

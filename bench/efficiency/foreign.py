@@ -27,8 +27,6 @@ from typing import Any
 import yaml
 
 from autotune.config import Config, config_from_dict
-from autotune.sim import truth
-from autotune.sim.profiles import get_profile
 from autotune.sim.truth import Truth
 
 FOREIGN_DIR = Path(__file__).resolve().parent / "foreign"
@@ -197,19 +195,9 @@ def config(source: Source, data: dict[str, Any]) -> Config:
     )
 
 
-def table(source: Source, cfg: Config, unit_text: str) -> list[Truth]:
-    """Every config of the cell, valued as the source measured it."""
-    parsed = truth.sim_args_of_unit(unit_text)
-    host = truth.space_truth(
-        get_profile(source.host_profile),
-        parsed.launch,
-        [c.params for c in cfg.space.enumerate() if c.valid],
-        cfg.objective,
-        cfg.benchmark.concurrency,
-        workload="natural",
-        max_tokens=cfg.benchmark.max_tokens,
-        input_len=truth.benchmark_input_len(cfg.benchmark.workload, cfg.benchmark.endpoint),
-    )
+def table(source: Source, cfg: Config, host: list[Truth]) -> list[Truth]:
+    """Every config of the cell, valued as the source measured it; `host` is the host
+    profile's simulated table of the same configs (what the source does not give)."""
     rows = {r.shape: r for r in source.rows}
     out = []
     for t in host:

@@ -17,14 +17,17 @@ import dataclasses
 import json
 import math
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from .cells import Cell
 from .parallel import RoundsTrace
 from .run import Trace
+
+K = TypeVar("K")
+T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parents[2]
 RAW_DIR = REPO / "bench" / "results" / "raw" / "efficiency"
@@ -150,16 +153,19 @@ class CellWriter:
 
 def studies(raws: Iterable[CellRaw]) -> dict[tuple[Cell, str], list[Trace]]:
     """The main table's traces by (cell, candidate), seeds in order."""
-    out: dict[tuple[Cell, str], list[Trace]] = {}
-    for r in raws:
-        for (name, _), trace in sorted(r.studies.items(), key=lambda kv: kv[0][1]):
-            out.setdefault((r.cell, name), []).append(trace)
-    return out
+    return _by_seed(raws, lambda r: r.studies)
 
 
 def rounds(raws: Iterable[CellRaw]) -> dict[tuple[Cell, int], list[RoundsTrace]]:
-    out: dict[tuple[Cell, int], list[RoundsTrace]] = {}
+    """The several-hosts table's traces by (cell, host count), seeds in order."""
+    return _by_seed(raws, lambda r: r.rounds)
+
+
+def _by_seed(
+    raws: Iterable[CellRaw], part: Callable[[CellRaw], Mapping[tuple[K, int], T]]
+) -> dict[tuple[Cell, K], list[T]]:
+    out: dict[tuple[Cell, K], list[T]] = {}
     for r in raws:
-        for (hosts, _), trace in sorted(r.rounds.items(), key=lambda kv: kv[0][1]):
-            out.setdefault((r.cell, hosts), []).append(trace)
+        for (key, _), trace in sorted(part(r).items(), key=lambda kv: kv[0][1]):
+            out.setdefault((r.cell, key), []).append(trace)
     return out
