@@ -20,6 +20,7 @@ counts against the budget nor teaches the sampler anything.
 from __future__ import annotations
 
 import enum
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -164,9 +165,13 @@ class Worker:
         return tally
 
     def say_estimate(self) -> None:
-        """After each measured trial: how long the rest will take, at the pace so far."""
+        """After each measured trial: how long the rest will take, at the pace so far (not
+        computed where no one would read it: it predicts every config of the space)."""
         from autotune.run import eta
         from autotune.search import estimate
+
+        if not logging.getLogger("autotune").isEnabledFor(logging.INFO):
+            return
 
         e = eta.of(self.cfg, self.study, live=True)
         if e is None or (e.remaining == 0 and not e.finalist_runs):
