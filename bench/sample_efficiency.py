@@ -248,9 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = raw.Settings(
             raw.head_commit(), args.seeds, args.budget, args.noise, tuple(hosts)
         )
-        command = "bench/sample_efficiency.py " + " ".join(
-            argv if argv is not None else sys.argv[1:]
-        )
+        given = argv if argv is not None else sys.argv[1:]
+        command = " ".join(["bench/sample_efficiency.py", *given])
         seconds = run_recorded(cells, names, settings, args.workers, command, Path(args.raw))
         print(f"ran {len(cells)} cell(s) in {seconds:.0f} s", file=sys.stderr)
     try:
