@@ -100,6 +100,9 @@ class TrialPipeline:
         self.workload = bench.load_workload(
             cfg.benchmark.workload, max_tokens=cfg.benchmark.max_tokens, seed=cfg.study.seed or 0
         )
+        self.deck: bench.PromptDeck | None = None
+        """The last trial's prompts: a second pass over the same deployment draws on from
+        where the first stopped (a prompt sent again would hit the server's prefix cache)."""
 
     @property
     def unit_dir(self) -> str:
@@ -162,6 +165,15 @@ class TrialPipeline:
                 failed, params, attrs, unit_text, "server failed during benchmark", up=up
             )
         return self._score(info, measured, verdict, rates, attrs, unit_text)
+
+    def measure_again(self) -> dict[int, bench.LevelResult]:
+        """Every level once more on the deployment serving now, without redeploying: a
+        sweep's level-to-level spread within one deployment (`bench/llamacpp_sweep.py`)."""
+        if self.serving is None or self.deck is None:
+            raise RuntimeError("nothing measured is serving: run a trial first")
+        info = self._ready_info()
+        measured, _ = self._benchmark(info, LevelPlan(self.cfg.benchmark.concurrency), self.deck)
+        return measured
 
     # -- the steps of a trial -------------------------------------------------------
     def _ready_info(self) -> ServerInfo:
@@ -229,7 +241,7 @@ class TrialPipeline:
         """The levels (in the plan's order, perhaps stopped early), then the open-loop rates
         and the changing-load phase of a trial that was not."""
         # One deck for the trial: no level repeats a prompt a warm-up or an earlier level sent.
-        deck = bench.PromptDeck(self.workload.prompts)
+        deck = self.deck = bench.PromptDeck(self.workload.prompts)
         levels = self.cfg.benchmark.concurrency
         measured, verdict = self._benchmark(info, plan or LevelPlan(levels), deck)
         rates: list[RateResult] = []
