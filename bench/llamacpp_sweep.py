@@ -193,9 +193,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
     log.setup("INFO")
-    # Killed (a session's end, a kill by PID): stop the server it started before exiting;
-    # the configs recorded so far are in the file, and the next run goes on from there.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     base = load_config(args.config)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -229,4 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # Killed (a session's end, a kill by PID): stop the server it started before exiting;
+    # the configs recorded so far are in the file, and the next run goes on from there.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     raise SystemExit(main())
