@@ -25,7 +25,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.efficiency import metrics, parallel, raw, report  # noqa: E402
+from bench.efficiency import metrics, parallel, raw, replay, report  # noqa: E402
 from bench.efficiency.candidates import CANDIDATES, CORE, GPU_TIME  # noqa: E402
 from bench.efficiency.cells import Cell, all_cells  # noqa: E402
 from bench.efficiency.parallel import RoundsTrace, run_rounds  # noqa: E402
@@ -82,8 +82,14 @@ def _study_jobs(
         for name in sorted(candidates, key=lambda n: not CANDIDATES[n].needs_torch)
         for cell in cells
         for seed in range(seeds)
-        if not done(cell, name, seed)
+        if runs_on(cell, name) and not done(cell, name, seed)
     ]
+
+
+def runs_on(cell: Cell, candidate: str) -> bool:
+    """A replay cell runs its own few candidates (`replay.CANDIDATES`: the others are SGLang's
+    grid and endpoint, or the default with a model that is off there anyway)."""
+    return cell.space != replay.SPACE or candidate in replay.CANDIDATES
 
 
 HostsJob = tuple[Cell, int, int, int, float]

@@ -19,7 +19,7 @@ from autotune.sim.profiles import DEFAULT_PROFILE, PROFILES, get_profile
 from autotune.sim.truth import Truth
 from autotune.unit import unitfile
 
-from . import foreign
+from . import foreign, replay
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT_FILE = REPO / "examples" / "sglang-sim.service"
@@ -56,7 +56,8 @@ class Cell:
 
 
 def all_cells() -> list[Cell]:
-    """The simulator's cells, then the foreign ones (`foreign.py`: measured by others)."""
+    """The simulator's cells, then the foreign ones (`foreign.py`: measured by others), then
+    the replayed real llama-server (`replay.py`: recorded here)."""
     simulated = [
         Cell(space, profile, workload, objective)
         for space in SPACES
@@ -69,7 +70,8 @@ def all_cells() -> list[Cell]:
         for name in foreign.names()
         for objective in foreign.by_name(name).objectives
     ]
-    return simulated + measured
+    recorded = [Cell(replay.SPACE, replay.PROFILE, w, "geomean") for w in replay.workloads()]
+    return simulated + measured + recorded
 
 
 def _workload(name: str) -> str:
@@ -79,6 +81,8 @@ def _workload(name: str) -> str:
 
 def cell_config(cell: Cell, study: dict[str, Any] | None = None) -> Config:
     """The Config a user tuning this cell would have (the demo's unit file as the target)."""
+    if cell.space == replay.SPACE:
+        return replay.study_config(cell.workload)
     objective, levels = {**OBJECTIVES, **FOREIGN_OBJECTIVES}[cell.objective]
     data = {
         "study": {"name": "efficiency", "storage": "sqlite:///:memory:", **(study or {})},
@@ -107,6 +111,12 @@ class Landscape:
     noise: float | None = None
     """The spread to draw measurements at, where the landscape states its own (a foreign
     cell's source); None: the run's."""
+    level_sd: dict[int, float] | None = None
+    """Each level's window error (log sd), where the landscape states it (a replay cell's
+    recording); None: the benchmark's CI target."""
+    cost: replay.ReplayCost | None = None
+    """What a deployment costs, where the landscape states it (a replay cell's recording,
+    `replay.ReplayCost`); None: the simulator profile's (`cost.Cost`)."""
 
     def truth(self, config: dict[str, Any]) -> Truth:
         return self.by_key[self.cfg.space.key(config)]
@@ -126,6 +136,19 @@ class Landscape:
 @functools.cache
 def landscape(cell: Cell) -> Landscape:
     cfg = cell_config(cell)
+    if cell.space == replay.SPACE:
+        table = replay.table(cell.workload, cfg)
+        spread = replay.recording().spread(cell.workload)
+        by_key = {cfg.space.key(t.config): t for t in table}
+        return Landscape(
+            cfg,
+            by_key,
+            truth.optimum(table),
+            replay.PROFILE,
+            spread.deployment,
+            spread.level,
+            replay.ReplayCost(cfg.benchmark),
+        )
     unit = UNIT_FILE.read_text()
     if cell.space == foreign.SPACE:
         source = foreign.by_name(cell.profile)
@@ -166,6 +189,8 @@ FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-n
 
 def baseline_flags(cell: Cell) -> dict[str, str | None]:
     """The demo unit's flags with the cell's starting point: the study's baseline (trial 0)."""
+    if cell.space == replay.SPACE:
+        return replay.baseline_flags()
     flags = unitfile.flags(unitfile.parse_exec_start(UNIT_FILE.read_text()).argv)
     source = foreign.by_name(cell.profile) if cell.space == foreign.SPACE else None
     if isinstance(source, foreign.Cost):

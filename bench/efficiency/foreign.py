@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,7 +210,7 @@ def table(source: Source, cfg: Config, host: list[Truth]) -> list[Truth]:
             )
         ]
         levels = [_level(lv, row, source.max_running_requests) for lv in t.levels]
-        out.append(Truth(c, t.resolved, True, (_value(cfg, levels),), tuple(levels)))
+        out.append(Truth(c, t.resolved, True, (value(cfg, levels),), tuple(levels)))
     return out
 
 
@@ -261,12 +261,13 @@ def with_cost(cost: Cost, base: list[Truth], cfg: Config) -> list[Truth]:
                 }
             )
         out.append(
-            Truth(t.config, t.resolved, True, (_value(cfg, levels),), tuple(levels), t.reason)
+            Truth(t.config, t.resolved, True, (value(cfg, levels),), tuple(levels), t.reason)
         )
     return out
 
 
-def _value(cfg: Config, levels: list[dict[str, Any]]) -> float:
+def value(cfg: Config, levels: Sequence[Mapping[str, Any]]) -> float:
+    """The objective's value of these levels' throughputs, as the study scores it."""
     tput = [float(lv["output_throughput"]) for lv in levels]
     if cfg.objective.mode == "geomean":
         return math.exp(sum(map(math.log, tput)) / len(tput))

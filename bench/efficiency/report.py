@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from autotune.config import BenchmarkConfig
 
-from . import foreign
+from . import foreign, replay
 from .cells import Cell, landscape
 from .grid import BATCH_SIZES, grid_on_space, sglang_grid
 from .metrics import REGRET_AT, Stats
@@ -173,7 +173,20 @@ def _space_notes(cells: Sequence[Cell]) -> list[str]:
                 f"{filled} of the {scored} values scored filled by the file's rule "
                 f"({100 * filled / scored:.0f} %), drawn at {100 * source.noise:g} % noise."
             )
-    for space in sorted({c.space for c in cells} - {foreign.SPACE}):
+        if cell.space == replay.SPACE:
+            land = landscape(cell)
+            rec = replay.recording()
+            spread = rec.spread(cell.workload)
+            level = ", ".join(f"c={c} {100 * sd:.1f} %" for c, sd in sorted(spread.level.items()))
+            notes.append(
+                f"`{cell.label}`: the real llama-server as recorded by `bench/llamacpp_sweep.py` "
+                f"on {rec.header['date']} (`bench/results/raw/{rec.path.name}`): {land.size} "
+                f"configs, optimum {land.best.value:.1f} tok/s; drawn at the recorded spread, "
+                f"per start {100 * spread.deployment:.1f} % (from {spread.redeployed} configs "
+                f"deployed twice), per window {level} (from {spread.pairs} pairs); the "
+                f"performance model is off there (no draft_shape)."
+            )
+    for space in sorted({c.space for c in cells} - {foreign.SPACE, replay.SPACE}):
         land = landscape(next(c for c in cells if c.space == space))
         grid = len(grid_on_space(land.cfg.space))
         notes.append(

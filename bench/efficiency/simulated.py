@@ -40,6 +40,7 @@ from autotune.search.pruning import PRUNED, LevelPlan
 
 from .cells import Landscape
 from .cost import Cost
+from .replay import ReplayCost
 
 SIM_NOISE = 0.02  # the simulator's --sim-noise default
 
@@ -52,14 +53,14 @@ class SimulatedServer:
     endpoint: str = "chat"
     """The benchmark's endpoint: `generate` (SGLang's native one) also returns the per-request
     histogram of accepted drafts, the OpenAI-compatible ones the mean accept length only."""
-    cost: Cost = field(init=False)
+    cost: Cost | ReplayCost = field(init=False)
     deployed: list[dict[str, Any]] = field(default_factory=list)
     """Every config deployed, in order (the study's cost)."""
     gpu_seconds: list[float] = field(default_factory=list)
     """What each deployment cost: the model load plus the benchmark levels it ran."""
 
     def __post_init__(self) -> None:
-        self.cost = Cost.of(self.land.cfg, self.land.profile)
+        self.cost = self.land.cost or Cost.of(self.land.cfg, self.land.profile)
         # What a window shows before it ends comes from its own stream, so that the
         # measurements themselves are drawn exactly as before pruning existed.
         # Seeded from the state's numbers (a hash of the state would include None's,
@@ -176,21 +177,25 @@ class SimulatedServer:
         speed = min(1.25, max(0.8, self.rng.gauss(1.0, self.noise))) if self.noise > 0 else 1.0
         ci = self.land.cfg.benchmark.ci_width
         sampling = ci / 1.96 if ci and self.noise > 0 else 0.0
+        # A recorded landscape states its windows' error even where starts did not differ.
+        noisy = self.noise > 0 or self.land.level_sd is not None
         min_d = self.land.cfg.benchmark.min_duration
         out = {}
         for lv in truth_levels:
             true = float(lv["output_throughput"]) / speed
+            if self.land.level_sd is not None:
+                sampling = self.land.level_sd[int(lv["concurrency"])]
             slow = math.exp(self.rng.gauss(0.0, sampling))
             # What the window shows at min_duration, and after one run of a level that
             # misses its CI target (drawn for every level: common random numbers).
-            live_ci = self.cost.ci(lv, min_d) if self.noise > 0 else 0.0
-            first_ci = self.cost.ci(lv, self.cost.window_s(lv)) if self.noise > 0 else 0.0
+            live_ci = self.cost.ci(lv, min_d) if noisy else 0.0
+            first_ci = self.cost.ci(lv, self.cost.window_s(lv)) if noisy else 0.0
             live = true * math.exp(self._early.gauss(0.0, live_ci / 1.96))
             first = true * math.exp(self._early.gauss(0.0, first_ci / 1.96))
             out[int(lv["concurrency"])] = {
                 "concurrency": lv["concurrency"],
                 "output_throughput": true / slow,
-                "ttft_p99_ms": float(lv["ttft_ms"]) * speed * slow,
+                "ttft_p99_ms": None if lv["ttft_ms"] is None else lv["ttft_ms"] * speed * slow,
                 "itl_p50_ms": float(lv["tpot_ms"]) * speed * slow,
                 "live_tok_s": live,
                 "live_ci": live_ci,
