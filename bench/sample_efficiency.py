@@ -194,7 +194,8 @@ def provenance(raws: list[raw.CellRaw]) -> list[str]:
             f"{len(rs)} of {len(raws)} cells in {seconds:.0f} s ({seconds / 60:.1f} min) on "
             f"{run_info['workers']} worker(s): {s.seeds} seeds per cell, at most {s.budget} "
             f"deployments per study, simulator noise {100 * s.noise:g} % per start plus the "
-            "benchmark's own sampling error."
+            "benchmark's own sampling error (a foreign or replay cell draws at the spread its "
+            "source states, below)."
         )
     return lines
 
