@@ -131,6 +131,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     start.add_argument("--n-trials", type=int, help="the study's total number of trials")
     start.add_argument(
+        "--from",
+        dest="from_study",
+        metavar="STUDY",
+        help="start from an earlier study of the same engine and space: its trials are read "
+        "as evidence (status, best and the report name it)",
+    )
+    start.add_argument(
+        "--from-storage",
+        metavar="URL",
+        help="the earlier study's database, if not this study's (with --from)",
+    )
+    start.add_argument(
         "--until", metavar="HH:MM", help="stop cleanly at this local time (the level finishes)"
     )
     start.add_argument(
@@ -265,6 +277,10 @@ def _start(args: argparse.Namespace) -> int:
         deadline = deadline_from(args.until, args.max_hours)
     except ValueError as exc:
         raise AutotuneError(str(exc)) from None
+    if args.from_storage and not args.from_study:
+        raise AutotuneError("--from-storage names the earlier study's database: give --from too")
+    if args.from_study:
+        _read_earlier(cfg, args.from_study, args.from_storage)
     if cfg.workers and cfg.worker is None:
         from autotune.run import fleet
 
@@ -301,6 +317,29 @@ def _start(args: argparse.Namespace) -> int:
     if summary.serving is not None:
         print(summary.serving.sentence(cfg))
     return 0
+
+
+def _read_earlier(cfg: Any, name: str, storage_url: str | None) -> None:
+    """Check the earlier study and write on the new one where it starts from."""
+    from autotune.config import absolute_sqlite
+    from autotune.log import get
+    from autotune.search import study as st
+    from autotune.search import warm_start
+
+    url = absolute_sqlite(storage_url, Path.cwd()) if storage_url else None
+    study, where = warm_start.checked(cfg, name, url)
+    declared = st.best_trials(study)
+    earlier = warm_start.of_study(cfg, study, where, declared[0] if declared else None)
+    warm_start.record_on(st.open_study(cfg), earlier)
+    best = earlier.best
+    get("autotune").info(
+        "starting from an earlier study",
+        study=name,
+        measured=len(earlier.measured),
+        best=None if best is None else best.config,
+        best_value=None if best is None else round(best.value, 1),
+        differs=sorted(earlier.differences) or "nothing",
+    )
 
 
 def _status(args: argparse.Namespace) -> int:

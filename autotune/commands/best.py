@@ -9,7 +9,7 @@ from typing import Any
 from autotune.config import Config
 from autotune.errors import AutotuneError
 from autotune.run import loop
-from autotune.search import deployments, workers
+from autotune.search import deployments, warm_start, workers
 from autotune.search import study as st
 
 
@@ -20,6 +20,10 @@ def show(cfg: Config, *, as_json: bool = False) -> int:
     if not best:
         raise AutotuneError(f"study {study.study_name!r} has no feasible trial yet")
     described = [loop.describe(study, t) for t in best]
+    start = warm_start.summary(study)
+    if start is not None:
+        for d in described:
+            d["warm_start"] = start
     if as_json:
         print(json.dumps(described[0] if len(described) == 1 else described, indent=2))
         return 0
@@ -40,6 +44,8 @@ def show(cfg: Config, *, as_json: bool = False) -> int:
                 print(f"  --{k.replace('_', '-')} {v}")
         for line in _metric_lines(d["metrics"]):
             print(f"  {line}")
+    for line in warm_start.sentences(study):
+        print(line)
     return 0
 
 

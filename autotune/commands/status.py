@@ -17,7 +17,7 @@ from autotune.deploy.local_process import leftover_server
 from autotune.run import eta
 from autotune.run.deployment import state_dir
 from autotune.run.finalists import validation_of
-from autotune.search import estimate, perf, records, workers
+from autotune.search import estimate, perf, records, warm_start, workers
 from autotune.search import study as st
 from autotune.store.storage import redact
 
@@ -49,12 +49,15 @@ def show(cfg: Config, *, as_json: bool = False) -> int:
         }
         body["time"] = None if e is None else vars(e)
         body["performance_model"] = model
+        body["warm_start"] = warm_start.summary(study)
         print(json.dumps(body, indent=2))
         return 0
     print(
         f"study {study.study_name}: {st.finished_count(study)} of {cfg.study.n_trials} trials "
         f"finished ({redact(cfg.study.storage)})"
     )
+    for line in warm_start.sentences(study):
+        print(line)
     if e is not None:
         print(f"time: {estimate.sentence(e)}")
     for w in alive.values():

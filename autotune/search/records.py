@@ -19,6 +19,7 @@ progress                  str: the worker's status line, every 5 s      search/s
 retry_of                  int: the trial this one measures again        search/study (enqueue)
 reused_from               int: the trial whose result this one copies   search/study.record_reuse
 forgotten                 {at, why, was, values, failure}               search/study.forget
+warm_from                 true: queued first by a warm start            search/study (warm)
 workload                  str: the workload's name                      run/trial.run
 startup_s                 float (s): restart to ready                   run/trial.run
 levels                    [LevelResult.to_dict()]: one per level        run/trial.run
@@ -66,7 +67,10 @@ Study keys (study user attributes): `autotune_config` (the config summary it ran
 `baseline_enqueued`, `budget` ({n_trials, set_by, at}), `finalists` (the finalist stage's
 record: declared_best, rounds, runs, per finalist {first, values, estimate, p_best, ...},
 baseline {trial, values}), `finalists_claim`, `model_best` (int), `performance_model`
-({on, fitted_on, loo_rms?, reason?}), `adaptive_export`, `adaptive_probes`.
+({on, fitted_on, loo_rms?, reason?}), `adaptive_export`, `adaptive_probes`, `world`
+(what its measurements depend on besides the config: engine, space, the unit's other flags,
+workload, levels, objective; `search/warm_start.world`), `warm_start` (the earlier study a
+`start --from` read: from, storage, at, best, differences, measured).
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ PROGRESS = "progress"
 RETRY_OF = "retry_of"
 REUSED_FROM = "reused_from"
 FORGOTTEN = "forgotten"
+WARM_FROM = "warm_from"
 WORKLOAD = "workload"
 STARTUP_S = "startup_s"
 LEVELS = "levels"
@@ -143,6 +148,8 @@ STUDY_MODEL_BEST = "model_best"
 STUDY_PERFORMANCE_MODEL = "performance_model"
 STUDY_ADAPTIVE_EXPORT = "adaptive_export"
 STUDY_ADAPTIVE_PROBES = "adaptive_probes"
+STUDY_WORLD = "world"
+STUDY_WARM_START = "warm_start"
 
 
 def at(prefix: str, concurrency: int) -> str:

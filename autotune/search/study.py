@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import Config
 from autotune.errors import AutotuneError
 from autotune.log import get
-from autotune.search import gp, objective, perf, records
+from autotune.search import gp, objective, perf, records, warm_start
 from autotune.search.constraints import keyed_constraints, write_legacy_constraints
 from autotune.search.workers import (
     Repeating,
@@ -163,6 +163,7 @@ def open_study(cfg: Config, *, create: bool = True) -> optuna.Study:
     if study.metric_names != names:
         study.set_metric_names(names)
     study.set_user_attr(STUDY_CONFIG, cfg.summary())
+    study.set_user_attr(records.STUDY_WORLD, warm_start.world(cfg))
     return study
 
 
@@ -279,6 +280,24 @@ def enqueue_baseline_once(study: optuna.Study, baseline: Baseline) -> None:
         if baseline.params is not None:
             study.enqueue_trial(baseline.params, user_attrs={records.BASELINE: True})
         study.set_user_attr(STUDY_BASELINE, True)
+
+
+def enqueue_warm_start_once(study: optuna.Study, cfg: Config, baseline: Baseline) -> None:
+    """Queue what a warm start deploys first (`warm_start.first_configs`), after the
+    baseline, once: the earlier winner and the configs its study could not tell from it."""
+    with _proposal_lock(study):
+        start = study.user_attrs.get(records.STUDY_WARM_START)
+        if not start or start.get("queued") is not None:
+            return
+        queued = []
+        for config in warm_start.first_configs(start, cfg.benchmark.finalists):
+            if cfg.space.check(config) is not None:
+                continue  # not a config of this space any more (it was checked the same)
+            if baseline.params is not None and cfg.space.decode(baseline.params) == config:
+                continue  # the baseline measures it already
+            study.enqueue_trial(cfg.space.encode(config), user_attrs={records.WARM_FROM: True})
+            queued.append(config)
+        study.set_user_attr(records.STUDY_WARM_START, {**start, "queued": queued})
 
 
 def baseline_as_is_pending(study: optuna.Study, baseline: Baseline) -> bool:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 import random
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 
 from autotune.config import Config
 from autotune.run import finalists, worker
-from autotune.search import capacity, objective, perf, records
+from autotune.search import capacity, objective, perf, records, warm_start
 from autotune.search import study as st
 
 from .candidates import CANDIDATES, Candidate, configure
@@ -73,6 +75,7 @@ def in_memory_study(cfg: Config, sampler: optuna.samplers.BaseSampler) -> optuna
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(names)
+    study.set_user_attr(records.STUDY_WORLD, warm_start.world(cfg))  # as open_study writes it
     return study
 
 
@@ -85,6 +88,27 @@ def run_to(
 
 
 def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = SIM_NOISE) -> Trace:
+    return play(cell, candidate, seed, budget, noise).trace
+
+
+@dataclass(frozen=True)
+class Played:
+    trace: Trace
+    study: optuna.Study
+    cfg: Config
+
+
+def play(
+    cell: Cell,
+    candidate: str,
+    seed: int,
+    budget: int,
+    noise: float = SIM_NOISE,
+    earlier: Mapping[str, Any] | None = None,
+) -> Played:
+    """One study, and the study itself (what a later `start --from` reads). `earlier`: a
+    warm start's record (`warm_start.Earlier.record()`), as `start --from` writes it on the
+    new study before its first deployment."""
     land = landscape(cell)
     noise = land.noise if land.noise is not None else noise
     cand = CANDIDATES[candidate]
@@ -92,6 +116,9 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
     study = in_memory_study(cfg, cand.sampler(cfg))
     baseline = st.baseline_of(cfg.space, baseline_flags(cell))
     st.enqueue_baseline_once(study, baseline)
+    if earlier is not None:
+        study.set_user_attr(records.STUDY_WARM_START, dict(earlier))
+        st.enqueue_warm_start_once(study, cfg, baseline)
     start = cfg.space.decode(baseline.params) if baseline.params is not None else None
     for config in cand.first(cfg, start) if cand.first else []:
         if config != start:
@@ -149,7 +176,7 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
         ratio, spent = _after_finalists(cfg, study, land, f"{cell}/{seed}/end", noise, cand)
         applied.append(ratio)
         runs.append(spent)
-    return Trace(
+    trace = Trace(
         tuple(ratios),
         tuple(found),
         tuple(infeasible),
@@ -167,6 +194,7 @@ def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = S
         (study.user_attrs.get(records.STUDY_PERFORMANCE_MODEL) or {}).get("loo_rms"),
         tuple(skipped) + _barred(cfg, study, land),
     )
+    return Played(trace, study, cfg)
 
 
 def _barred(cfg: Config, study: optuna.Study, land: Landscape) -> tuple[float, ...]:

@@ -35,7 +35,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune.search import capacity, perf, records
+from autotune.search import capacity, perf, records, warm_start
 from autotune.search.objective import MIN_RUNNING_REQUESTS, SERVER_UP
 from autotune.search.records import config_of, measured, value_of
 from autotune.space import SearchSpace
@@ -114,7 +114,9 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
             # Every config measured or ruled out: propose one measured already, which the
             # study answers from the earlier result instead of deploying a server.
             return self._space.encode(config_of(done[-1])) if done else {}
-        chosen = self._configs[int(pool[np.argmax(self._acquisition(done, pool, busy, model))])]
+        earlier = self._earlier(study, done)
+        acq = self._acquisition(done, pool, busy, model, earlier)
+        chosen = self._configs[int(pool[np.argmax(acq)])]
         if model is not None:
             predicted = model.predict(chosen)
             if predicted is not None:
@@ -131,6 +133,19 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
         param_distribution: BaseDistribution,
     ) -> Any:
         return self._random.sample_independent(study, trial, param_name, param_distribution)
+
+    def _earlier(self, study: optuna.Study, done: Sequence[FrozenTrial]) -> warm_start.Prior | None:
+        """An earlier study's evidence (`start --from`), down-weighted by what this one has
+        measured against it (`warm_start.prior`)."""
+        record = study.user_attrs.get(records.STUDY_WARM_START)
+        if not record:
+            return None
+        now = [
+            (config_of(t), v) for t in done if (v := value_of(t)) and t.state == TrialState.COMPLETE
+        ]
+        found = warm_start.prior(record, now)
+        kept = tuple(p for p in found.points if _placeable(self._space, p[0]))
+        return warm_start.Prior(kept, found.offset, found.disagreement, found.pairs)
 
     # -- choosing -------------------------------------------------------------------
     def _startup_pick(self, pool: np.ndarray, busy: Sequence[dict[str, Any]]) -> int:
@@ -183,6 +198,7 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
         pool: np.ndarray,
         busy: Sequence[dict[str, Any]] = (),
         model: perf.PerfModel | None = None,
+        earlier: warm_start.Prior | None = None,
     ) -> np.ndarray:
         """Expected improvement of log throughput times the chance that every constraint holds.
 
@@ -198,7 +214,7 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
         Xp = self._X[pool]
         configs = [self._configs[int(i)] for i in pool]
         if scored:
-            values = Posterior.fit(self._space, scored, model)
+            values = Posterior.fit(self._space, scored, model, earlier=earlier)
             incumbent = float(np.max(values.predict([config_of(t) for t in scored])[0]))
             if busy:
                 values = values.believing(busy)
@@ -268,19 +284,22 @@ class Posterior:
         scored: Sequence[FrozenTrial],
         model: perf.PerfModel | None,
         noise_sd: Sequence[float] = NOISE_SD,
+        earlier: warm_start.Prior | None = None,
     ) -> Posterior:
-        X = np.array([features(space, config_of(t)) for t in scored])
-        y = np.array([math.log(value_of(t) or 1.0) for t in scored])
+        """`earlier`: an earlier study's measurements, each with its own extra sd (the
+        disagreement between the two studies, `warm_start.prior`)."""
+        extra = earlier.points if earlier is not None else ()
+        configs = [config_of(t) for t in scored] + [c for c, _, _ in extra]
+        X = np.array([features(space, c) for c in configs])
+        y = np.array([math.log(value_of(t) or 1.0) for t in scored] + [v for _, v, _ in extra])
+        sd = point_sd(scored) + [d for _, _, d in extra]
         flat = float(y.mean())
-        configs = [config_of(t) for t in scored]
         if model is None or model.predict_many(configs) is None:
             # No model, or a config it cannot place: the GP from scratch.
-            gp = GP.fit(X, y, prior_sd=PRIOR_LOG_SD, noise_sd=noise_sd, point_sd=point_sd(scored))
+            gp = GP.fit(X, y, prior_sd=PRIOR_LOG_SD, noise_sd=noise_sd, point_sd=sd)
             return cls(space, gp)
         prior, _ = combined_prior(model, flat, configs)
-        gp = GP.fit(
-            X, y - prior, prior_sd=RESIDUAL_PRIOR_SD, noise_sd=noise_sd, point_sd=point_sd(scored)
-        )
+        gp = GP.fit(X, y - prior, prior_sd=RESIDUAL_PRIOR_SD, noise_sd=noise_sd, point_sd=sd)
         return cls(space, gp, model, flat)
 
     def predict(self, configs: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
