@@ -97,6 +97,11 @@ def test_a_second_study_names_the_first_and_compares_what_both_measured(
     wanted = warm_start.first_configs(record, 2)
     assert record["queued"] == [c for c in wanted if c != st.trial_config(study.trials[0])]
 
+    report = autotune("report", "--config", str(second), "--out", str(tmp_path), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    html = (tmp_path / "second-report.html").read_text()
+    assert "Started from study e2e" in html and "workload natural -&gt; greedy" in html
+
     # The first study knows nothing of the second.
     assert status(first)["warm_start"] is None
 

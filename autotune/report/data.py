@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
-from autotune.search import deployments, records, workers
+from autotune.search import deployments, records, warm_start, workers
 from autotune.search import study as st
 from autotune.search.capacity import FAILURE as CAPACITY_PREDICTED
 from autotune.store.storage import redact
@@ -132,6 +132,9 @@ class StudyData:
     the deployments it was fitted on and its leave-one-out error."""
     headline: deployments.Headline | None = None
     """The best's worth over its deployments and its gain over the unit as it was."""
+    warm_start: list[str] = field(default_factory=list)
+    """Where a `start --from` study started, what differs, and per config measured in both
+    the earlier value against now (`warm_start.sentences`); empty for a cold study."""
 
     def trial(self, number: int) -> TrialRow:
         return next(t for t in self.trials if t.number == number)
@@ -187,6 +190,7 @@ def load(cfg: Config, study: optuna.Study) -> StudyData:
         ),
         performance_model=dict(study.user_attrs.get(records.STUDY_PERFORMANCE_MODEL) or {}),
         headline=_headline(study),
+        warm_start=warm_start.sentences(study),
         **_validation(study.user_attrs.get(records.STUDY_FINALISTS)),
     )
 

@@ -138,6 +138,11 @@ def _summary(page: Page) -> str:
         f'<p class="note">Time: {spent}storage <code>{esc(d.storage)}</code>; '
         f"generated {esc(page.generated)}.</p>"
     )
+    if d.warm_start:
+        head, *compared = d.warm_start
+        items = "".join(f"<li>{esc(line.strip())}</li>" for line in compared)
+        body += f'<p class="note">{esc(head[0].upper() + head[1:])}.</p>'
+        body += f"<ul>{items}</ul>" if items else ""
     for worker in d.workers:
         css = "bad" if "STALE" in worker else "note"
         body += f'<p class="{css}">Worker: {esc(worker)}</p>'
