@@ -253,6 +253,9 @@ def _load(args: argparse.Namespace) -> Any:
     cfg = replace(cfg, study=study)
     if getattr(args, "worker", None):
         cfg = cfg.for_worker(args.worker)
+    if args.command == "start":
+        # Before anything is written (--n-trials creates the study): a refusal creates nothing.
+        args.earlier = _check_earlier(cfg, args.from_study, args.from_storage)
     if args.command in _STUDY_COMMANDS:
         from autotune.search import study as st
 
@@ -277,10 +280,8 @@ def _start(args: argparse.Namespace) -> int:
         deadline = deadline_from(args.until, args.max_hours)
     except ValueError as exc:
         raise AutotuneError(str(exc)) from None
-    if args.from_storage and not args.from_study:
-        raise AutotuneError("--from-storage names the earlier study's database: give --from too")
-    if args.from_study:
-        _read_earlier(cfg, args.from_study, args.from_storage)
+    if args.earlier is not None:
+        _record_earlier(cfg, args.earlier)
     if cfg.workers and cfg.worker is None:
         from autotune.run import fleet
 
@@ -319,22 +320,45 @@ def _start(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_earlier(cfg: Any, name: str, storage_url: str | None) -> None:
-    """Check the earlier study and write on the new one where it starts from."""
+def _check_earlier(cfg: Any, name: str | None, storage_url: str | None) -> Any:
+    """`start --from`: the earlier study, checked (one line and exit 2 for each refusal);
+    None without --from, or when this study started from it already (a resume, or another
+    worker of a fleet: its record stands, and the earlier study is not read again)."""
+    from autotune.log import get
+    from autotune.search import warm_start
+
+    if storage_url and not name:
+        raise AutotuneError("--from-storage names the earlier study's database: give --from too")
+    if not name:
+        return None
+    started = warm_start.recorded_from(cfg)
+    if started is not None:
+        if started != name:
+            get("autotune").warning(
+                f"this study started from {started}: --from {name} is ignored",
+                hint="a warm start is read once; give a new --study to start from another",
+            )
+        return None
     from autotune.config import absolute_sqlite
+
+    url = absolute_sqlite(storage_url, Path.cwd()) if storage_url else None
+    return warm_start.checked(cfg, name, url)
+
+
+def _record_earlier(cfg: Any, checked: Any) -> None:
+    """Write on the new study where it starts from (once)."""
     from autotune.log import get
     from autotune.search import study as st
     from autotune.search import warm_start
 
-    url = absolute_sqlite(storage_url, Path.cwd()) if storage_url else None
-    study, where = warm_start.checked(cfg, name, url)
+    study, where = checked
     declared = st.best_trials(study)
     earlier = warm_start.of_study(cfg, study, where, declared[0] if declared else None)
-    warm_start.record_on(st.open_study(cfg), earlier)
+    st.record_warm_start_once(st.open_study(cfg), earlier)
     best = earlier.best
     get("autotune").info(
         "starting from an earlier study",
-        study=name,
+        study=earlier.name,
         measured=len(earlier.measured),
         best=None if best is None else best.config,
         best_value=None if best is None else round(best.value, 1),

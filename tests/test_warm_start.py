@@ -92,10 +92,18 @@ def test_a_second_study_names_the_first_and_compares_what_both_measured(
     study = optuna.load_study(study_name="second", storage=f"sqlite:///{tmp_path / 'study.db'}")
     queued = [t for t in study.trials if t.user_attrs.get(records.WARM_FROM)]
     record = study.user_attrs[records.STUDY_WARM_START]
-    assert [t.number for t in queued] == list(range(1, len(queued) + 1))
-    assert [st.trial_config(t) for t in queued] == record["queued"]
+    first_best = autotune("best", "--json", "--config", str(first), cwd=tmp_path)
+    assert record["best"]["trial"] == json.loads(first_best.stdout)["trial"]
     wanted = warm_start.first_configs(record, 2)
-    assert record["queued"] == [c for c in wanted if c != st.trial_config(study.trials[0])]
+    assert wanted[0] == record["best"]["config"]
+    baseline = st.trial_config(study.trials[0])
+    assert [st.trial_config(t) for t in queued] == [c for c in wanted if c != baseline]
+    assert [t.number for t in queued] == list(range(1, len(queued) + 1))
+
+    # Resumed (or joined by another worker), it is not checked or recorded again.
+    again = autotune("start", "--config", str(second), "--from", "nope", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "this study started from e2e: --from nope is ignored" in again.stderr
 
     report = autotune("report", "--config", str(second), "--out", str(tmp_path), cwd=tmp_path)
     assert report.returncode == 0, report.stderr
@@ -113,9 +121,15 @@ def test_the_four_refusals(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     args = ("start", "--config", str(first), "--study", "new")
 
-    # A study that does not exist: the line says which exist.
-    line = _one_line_refusal(autotune(*args, "--from", "nope", cwd=tmp_path), "nope", "e2e")
-    assert "no study named" in line
+    # A study that does not exist: the line says which exist (and --n-trials, which writes
+    # the budget on the new study, creates nothing either).
+    proc = autotune(*args, "--n-trials", "5", "--from", "nope", cwd=tmp_path)
+    assert "no study named" in _one_line_refusal(proc, "nope", "e2e")
+    # A database that does not exist.
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    _one_line_refusal(
+        autotune(*args, "--from", "e2e", "--from-storage", missing, cwd=tmp_path), "missing.db"
+    )
     # The study itself.
     _one_line_refusal(
         autotune("start", "--config", str(first), "--from", "e2e", cwd=tmp_path), "itself"

@@ -282,6 +282,14 @@ def enqueue_baseline_once(study: optuna.Study, baseline: Baseline) -> None:
         study.set_user_attr(STUDY_BASELINE, True)
 
 
+def record_warm_start_once(study: optuna.Study, earlier: warm_start.Earlier) -> None:
+    """Write where the new study started from, once (whichever worker of a fleet is first;
+    a resumed study keeps its first)."""
+    with _proposal_lock(study):
+        if study.user_attrs.get(records.STUDY_WARM_START) is None:
+            study.set_user_attr(records.STUDY_WARM_START, earlier.record())
+
+
 def enqueue_warm_start_once(study: optuna.Study, cfg: Config, baseline: Baseline) -> None:
     """Queue what a warm start deploys first (`warm_start.first_configs`), after the
     baseline, once: the earlier winner and the configs its study could not tell from it."""

@@ -29,7 +29,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.config import Config
-from autotune.errors import ConfigError
+from autotune.errors import AutotuneError, ConfigError
 from autotune.search import records, workers
 from autotune.search.records import config_of
 from autotune.space.search_space import SearchSpace
@@ -77,17 +77,23 @@ def world(cfg: Config) -> dict[str, Any]:
         "unit_flags": unit_flags(cfg),
         "workload": cfg.benchmark.workload,
         "levels": list(cfg.benchmark.concurrency),
-        "objective": {"mode": cfg.objective.mode, "level": cfg.objective.level},
+        "objective": {
+            "mode": cfg.objective.mode,
+            "level": cfg.objective.level,
+            "rate": cfg.objective.rate,
+        },
     }
 
 
 def unit_flags(cfg: Config) -> dict[str, str | None] | None:
     """The unit's flags that are not knobs of the space (model, draft model, parallelism):
     None when the unit file cannot be read here."""
+    if cfg.target.deploy != "local-process":
+        return None  # the unit that runs is the host's, not a file here
     try:
         text = Path(cfg.target.unit_file).read_text()
         flags = unitfile.flags(unitfile.parse_exec_start(text).argv)
-    except (OSError, ValueError):
+    except (OSError, ValueError, AutotuneError):
         return None
     knobs = {p.flag for p in cfg.space.params.values() if p.flag}
     return {k: v for k, v in flags.items() if k not in knobs}
@@ -144,13 +150,17 @@ def checked(cfg: Config, name: str, storage_url: str | None = None) -> tuple[opt
             "that is this study itself; give the earlier study's name "
             "(and study.name or --study a new one)",
         )
-    db = storage.open_storage(url, source=cfg.source, create=False)
     try:
+        db = storage.open_storage(url, source=cfg.source, create=False)
         study = optuna.load_study(study_name=name, storage=db)
     except KeyError:
-        names = sorted(s.study_name for s in optuna.get_all_study_summaries(db))
+        names = sorted(optuna.get_all_study_names(db))
         known = f" (it holds: {', '.join(names)})" if names else " (it holds no study)"
         raise _refused(name, f"no study named {name!r} in {where}{known}") from None
+    except AutotuneError as exc:  # no database there, or not one autotune can open
+        raise _refused(name, str(exc)) from None
+    except storage.DATABASE_ERRORS as exc:
+        raise _refused(name, f"{where} is not a study database ({type(exc).__name__})") from None
     _refuse_other_world(cfg, name, study)
     alive = [w for w in workers.liveness(study, cfg) if not w.stale]
     if alive:
@@ -239,7 +249,11 @@ def differences(cfg: Config, study: optuna.Study) -> dict[str, dict[str, Any]]:
         then = {
             "workload": bench.get("workload"),
             "levels": bench.get("concurrency"),
-            "objective": {"mode": obj.get("mode"), "level": obj.get("level")},
+            "objective": {
+                "mode": obj.get("mode"),
+                "level": obj.get("level"),
+                "rate": obj.get("rate"),
+            },
             "unit_flags": None,
         }
     now = world(cfg)
@@ -272,10 +286,16 @@ def first_configs(record: Mapping[str, Any], limit: int) -> list[dict[str, Any]]
     return [best["config"], *(m["config"] for m in close)][: max(1, limit)]
 
 
-def record_on(study: optuna.Study, earlier: Earlier) -> None:
-    """Write where the new study started from, once: a resumed study keeps its first."""
-    if study.user_attrs.get(records.STUDY_WARM_START) is None:
-        study.set_user_attr(records.STUDY_WARM_START, earlier.record())
+def recorded_from(cfg: Config) -> str | None:
+    """The study a warm start of this config's study read, if it has started already (a
+    resume, or another worker of a fleet): then it is not checked again."""
+    try:
+        db = storage.open_storage(cfg.study.storage, source=cfg.source, create=False)
+        attrs = db.get_study_user_attrs(db.get_study_id_from_name(cfg.study.name))
+    except (AutotuneError, KeyError, *storage.DATABASE_ERRORS):
+        return None
+    start = attrs.get(records.STUDY_WARM_START)
+    return str(start["from"]) if isinstance(start, dict) and start.get("from") else None
 
 
 def compared(study: optuna.Study) -> list[dict[str, Any]]:
@@ -364,11 +384,17 @@ def prior(record: Mapping[str, Any], now: Sequence[tuple[dict[str, Any], float]]
     the earlier ranking, which is what the search needs. The disagreement is what is left,
     pooled with the prior PRIOR_DISAGREEMENT as one observation:
     d^2 = (PRIOR_DISAGREEMENT^2 + sum (r - b)^2) / (1 + max(0, k - 1)).
-    Every earlier point enters the GP with d as its own extra noise: while the worlds agree
-    it weighs about as much as a new measurement; where they disagree by 20 % it weighs a
-    hundredth of one, and the study runs as a cold one would.
+    Every earlier point enters the GP with d as its own extra noise, so that it weighs
+    s^2 / (s^2 + d^2) of a new measurement of noise s: at the prior's 5 % against a 2 %
+    restart, about a seventh; more as agreeing pairs shrink d; where the worlds disagree by
+    20 %, a hundredth, and the study runs as a cold one would. One pair shows no
+    disagreement by construction (its ratio is the offset): it takes two to measure one.
+    An earlier study scored on another objective (mode, level or rate) gives no points: its
+    values are another quantity.
     """
     key = lambda c: tuple(sorted(c.items()))  # noqa: E731
+    if "objective" in (record.get("differences") or {}):
+        return Prior((), 0.0, math.inf, 0)
     earlier = {key(m["config"]): m for m in record.get("measured") or [] if m["value"] > 0}
     ratios = [math.log(v / earlier[key(c)]["value"]) for c, v in now if key(c) in earlier and v > 0]
     b = sum(ratios) / len(ratios) if ratios else 0.0
