@@ -9,7 +9,10 @@ with the earlier study's record as `start --from` writes it (`warm_start.Earlier
 its winner and the configs it could not tell from it deployed first). A change is:
 
 - `noise`: the same profile and workload, another draw of the noise (a restart, a week
-  later: the small change).
+  later: the small change);
+- `workload`: the other workload of the same profile (the traffic moved);
+- `hardware`: the next simulator profile over the same space (another model on other GPUs:
+  the simulator has no profile of one model on two kinds of GPU).
 
 Each (change, cell, seed) is appended to `bench/results/raw/warm_start.jsonl` as it
 finishes (a killed run keeps what it had and runs only what is missing at the same commit);
@@ -34,6 +37,7 @@ sys.path.insert(0, str(REPO))
 
 from autotune.search import study as st  # noqa: E402
 from autotune.search import warm_start  # noqa: E402
+from autotune.sim.profiles import PROFILES  # noqa: E402
 from bench.efficiency import metrics, raw  # noqa: E402
 from bench.efficiency.cells import SPACES, Cell, all_cells  # noqa: E402
 from bench.efficiency.run import play  # noqa: E402
@@ -44,7 +48,12 @@ OUT = REPO / "bench" / "results" / "warm_start.md"
 EARLIER_BUDGET = 15
 BUDGET = 30
 #: Each change: the earlier study's cell from the new one's, and its seed from the new seed.
-CHANGES = {"noise": "the same cell, another draw of the noise"}
+CHANGES = {
+    "noise": "the same cell, another draw of the noise",
+    "workload": "the other workload of the same profile (natural -> greedy, greedy -> natural)",
+    "hardware": "the next simulator profile over the same space (qwen -> llama -> deepseek -> "
+    "qwen: another model on other GPUs)",
+}
 
 Job = tuple[str, Cell, int]
 
@@ -52,6 +61,13 @@ Job = tuple[str, Cell, int]
 def earlier_of(change: str, cell: Cell, seed: int) -> tuple[Cell, int]:
     if change == "noise":
         return cell, seed + 1000
+    if change == "workload":
+        other = "greedy" if cell.workload == "natural" else "natural"
+        return Cell(cell.space, cell.profile, other, cell.objective), seed + 1000
+    if change == "hardware":
+        names = list(PROFILES)
+        after = names[(names.index(cell.profile) + 1) % len(names)]
+        return Cell(cell.space, after, cell.workload, cell.objective), seed + 1000
     raise KeyError(change)
 
 
@@ -130,9 +146,9 @@ def table(rows: list[dict[str, Any]], commit: str, seconds: float | None) -> str
         "",
         *[f"- `{c}`: {about}." for c, about in CHANGES.items()],
         "",
-        "| change | cell | cold: median / p90 | --from: median / p90 | applied@30: cold / "
-        "--from | worse seeds |",
-        "|---|---|---|---|---|---|",
+        "| change | cell | cold: median / p90 | --from: median / p90 | declared best at "
+        f"{BUDGET}: cold / --from | applied@30: cold / --from | worse seeds |",
+        "|---|---|---|---|---|---|---|",
     ]
     summary: dict[str, list[float]] = defaultdict(list)
     for (change, cell), rs in sorted(by.items()):
@@ -140,10 +156,13 @@ def table(rows: list[dict[str, Any]], commit: str, seconds: float | None) -> str
         worse = sum(w > c for c, w in zip(cold, warm, strict=True))
         ac = statistics.fmean(r["cold"]["applied"][-1] >= 0.98 for r in rs)
         aw = statistics.fmean(r["warm"]["applied"][-1] >= 0.98 for r in rs)
+        end_c = statistics.median(r["cold"]["best_ratio"][-1] for r in rs)
+        end_w = statistics.median(r["warm"]["best_ratio"][-1] for r in rs)
         lines.append(
             f"| {change} | {cell} | {n(_q(cold, 0.5))} / {n(_q(cold, 0.9))} "
-            f"| {n(_q(warm, 0.5))} / {n(_q(warm, 0.9))} | {100 * ac:.0f} % / {100 * aw:.0f} % "
-            f"| {worse} of {len(rs)} |"
+            f"| {n(_q(warm, 0.5))} / {n(_q(warm, 0.9))} "
+            f"| {100 * end_c:.1f} % / {100 * end_w:.1f} % "
+            f"| {100 * ac:.0f} % / {100 * aw:.0f} % | {worse} of {len(rs)} |"
         )
         summary[f"{change} cold"].append(_q(cold, 0.5))
         summary[f"{change} warm"].append(_q(warm, 0.5))
@@ -162,7 +181,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seeds", type=int, default=12)
     p.add_argument("--cells", default="", help="only cells whose label contains one of these")
-    p.add_argument("--changes", default=",".join(CHANGES))
+    p.add_argument("--changes", default="noise", help=f"comma-separated: {', '.join(CHANGES)}")
     p.add_argument("--workers", type=int, default=multiprocessing.cpu_count())
     args = p.parse_args()
     wanted = args.cells.split(",")
