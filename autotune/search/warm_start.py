@@ -34,7 +34,7 @@ from autotune.search import records, workers
 from autotune.search.records import config_of
 from autotune.space.search_space import SearchSpace
 from autotune.store import storage
-from autotune.unit import unitfile
+from autotune.unit import secrets, unitfile
 
 #: The disagreement an earlier measurement is assumed to carry before any config was measured
 #: in both studies (log sd): a few times a restart's own 1-2 %.
@@ -96,7 +96,12 @@ def unit_flags(cfg: Config) -> dict[str, str | None] | None:
     except (OSError, ValueError, AutotuneError):
         return None
     knobs = {p.flag for p in cfg.space.params.values() if p.flag}
-    return {k: v for k, v in flags.items() if k not in knobs}
+    # The unit may carry the server's key (`--api-key KEY`): a study record never holds it.
+    return {
+        k: secrets.MASK if v and secrets.SECRET_FLAG.match(k) else secrets.value(v)
+        for k, v in flags.items()
+        if k not in knobs
+    }
 
 
 @dataclass(frozen=True)
