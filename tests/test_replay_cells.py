@@ -28,10 +28,12 @@ def _raw(workload: str) -> list[dict[str, Any]]:
     return [r for r in map(json.loads, lines[1:]) if r["workload"] == workload]
 
 
-def test_the_natural_recording_is_a_cell_valued_as_the_file_says() -> None:
-    assert NATURAL in all_cells()
-    land = landscape(NATURAL)
-    rows = _raw("natural")
+@pytest.mark.parametrize("workload", ["natural", "copy"])
+def test_each_recorded_workload_is_a_cell_valued_as_the_file_says(workload: str) -> None:
+    cell = Cell(replay.SPACE, replay.PROFILE, workload, "geomean")
+    assert cell in all_cells()
+    land = landscape(cell)
+    rows = _raw(workload)
     assert land.size == 46 == len(rows)
     for r in rows:
         # Each level: the log-mean of its passes; the value: their geomean over c=1 and c=4.
@@ -43,7 +45,7 @@ def test_the_natural_recording_is_a_cell_valued_as_the_file_says() -> None:
     means = [statistics.fmean(p["value"] for p in r["passes"]) for r in rows]
     # The file's pass values are the study's own geomeans: the optimum is theirs.
     assert land.best.config == rows[means.index(max(means))]["config"]
-    assert baseline_flags(NATURAL)["--spec-type"] == "none"
+    assert baseline_flags(cell)["--spec-type"] == "none"
 
 
 def _record(config: dict[str, Any], deployments: list[list[tuple[float, float]]]) -> str:
