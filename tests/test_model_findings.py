@@ -6,13 +6,24 @@
 2. The acceptance sd grows with the distance from what was deployed: on an endpoint that
    gives only a mean accept length, the deployed chain is the one known best.
 3. Leave-one-out holds out whole shapes.
+4. The model's error is learnt where it was measured: the GP's posterior around the model's
+   prediction does not keep the model's whole sd beside a measurement (found in the
+   efficiency table: eagle llama greedy c1 stepped along draft tokens one at a time).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import optuna
 import yaml
 
-from autotune.search import capacity
+from autotune.search import capacity, objective
+from autotune.search import study as st
+from autotune.search.gp.sampler import Posterior
 from autotune.search.perf.acceptance import SD_MEASURED, Acceptance, Seen
 from autotune.search.perf.model import Deployed, PerfModel, Target, held_out
 from autotune.space import space_from_dict
@@ -94,3 +105,38 @@ def test_leave_one_out_leaves_the_whole_shape_out() -> None:
     ]
     assert [d.number for d in held_out(deployed, 2)] == [1]
     assert [d.number for d in held_out(deployed, 1)] == [0, 2]
+
+
+class _SureOfNothing:
+    """A model that predicts 100 tok/s everywhere with a 10 % sd (the one function under
+    test is the posterior's use of a model's sd, not a model)."""
+
+    def predict_many(
+        self, configs: Sequence[Mapping[str, Any]]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        return np.full(len(configs), math.log(100.0)), np.full(len(configs), 0.10)
+
+
+def test_the_models_error_is_learnt_beside_a_measurement() -> None:
+    """After one tree measured 5 % below the model, the tree with one more draft token is
+    known nearly as well as the measured one; a config far from it keeps the model's sd.
+    Before the fix the neighbour kept the model's whole sd (0.095 after the flat prior), so
+    expected improvement stepped to it, then to the next, one draft token at a time."""
+    space = _space()
+    measured = {
+        "speculative_num_steps": 6,
+        "speculative_eagle_topk": 8,
+        "speculative_num_draft_tokens": 48,
+        "mem_fraction_static": 0.9,
+    }
+    study = optuna.create_study(direction="maximize")
+    score = objective.Score([95.0], {objective.SERVER_UP: 0.0})
+    st.record(study, study.ask(), score, {"config": measured, "resolved": measured})
+    posterior = Posterior.fit(space, study.trials, _SureOfNothing())  # type: ignore[arg-type]
+    neighbour = {**measured, "speculative_num_draft_tokens": 49}
+    far = {**measured, "speculative_num_steps": 1, "speculative_eagle_topk": 1,
+           "speculative_num_draft_tokens": 2}  # fmt: skip
+    mu, sd = posterior.predict([measured, neighbour, far])
+    assert math.exp(mu[1]) < 97.0  # the residual is learnt
+    assert sd[1] < 0.5 * sd[2]
+    assert sd[1] < 0.05 < sd[2]

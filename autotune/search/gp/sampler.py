@@ -309,7 +309,12 @@ class Posterior:
         if self.model is None:
             return mu, sd
         prior, prior_sd = combined_prior(self.model, self.flat, configs)
-        return prior + mu, np.sqrt(sd**2 + prior_sd**2)
+        # The model's error is what the residual GP learns: beside a measurement it is known
+        # as well as the GP knows the residual there, far from every one it is whole. Added
+        # whole everywhere, it kept every neighbour of the incumbent uncertain and the study
+        # stepped along draft tokens one by one.
+        unlearnt = sd / self.gp.scale[1]
+        return prior + mu, np.sqrt(sd**2 + (prior_sd * unlearnt) ** 2)
 
     def believing(self, configs: Sequence[dict[str, Any]]) -> Posterior:
         """The same posterior with `configs` measured at its own prediction ("kriging
