@@ -4,7 +4,8 @@
    depends on: a deployment that fell short of the floor at a low `mem_fraction_static` had
    a smaller pool; it says nothing of a config at a higher one.
 2. The acceptance sd grows with the distance from what was deployed: on an endpoint that
-   gives only a mean accept length, the deployed chain is the one known best.
+   gives only a mean accept length, the deployed chain is the one known best; a tree wider or
+   narrower than every tree deployed is known less well than one of a deployed width.
 3. Leave-one-out holds out whole shapes.
 4. The model's error is learnt where it was measured: the GP's posterior around the model's
    prediction does not keep the model's whole sd beside a measurement (found in the
@@ -19,12 +20,13 @@ from typing import Any
 
 import numpy as np
 import optuna
+import pytest
 import yaml
 
 from autotune.search import capacity, objective
 from autotune.search import study as st
 from autotune.search.gp.sampler import Posterior
-from autotune.search.perf.acceptance import SD_MEASURED, Acceptance, Seen
+from autotune.search.perf.acceptance import SD_MEASURED, SD_TREE_PER_DOUBLING, Acceptance, Seen
 from autotune.search.perf.model import Deployed, PerfModel, Target, held_out
 from autotune.space import space_from_dict
 from tests.e2e import REPO
@@ -93,6 +95,25 @@ def test_the_deployed_chain_is_known_best_and_a_depth_none_ran_is_not() -> None:
     assert deployed == SD_MEASURED
     assert shallower > 5 * deployed and deeper > 5 * deployed
     assert model.relative_sd(2, 1, 3) < shallower  # one position away, not two
+
+
+def test_a_tree_wider_than_any_deployed_is_not_known_as_well_as_the_deployed_width() -> None:
+    """omega is one number fitted where trees ran; the rank law it stands for is the model's
+    own. After a topk-4 tree, a topk-8 one is an extrapolation (in the efficiency table
+    eagle llama greedy c1 stalled on topk-4 trees at 97.4-97.8 % of an optimum at topk 8)."""
+    model = Acceptance.fit([Seen(3, 1, 4, 2.6), Seen(5, 4, 21, 3.9)])
+    assert model is not None and model.trees_seen == 1
+    same, wider, widest = (
+        model.relative_sd(6, 4, 25),
+        model.relative_sd(6, 2, 25),
+        model.relative_sd(6, 8, 49),
+    )
+    assert same < wider == widest  # one doubling either way
+    assert model.relative_sd(6, 8, 49) - same == pytest.approx(SD_TREE_PER_DOUBLING)
+    # Before any tree, every width is the prior's.
+    chains_only = Acceptance.fit([Seen(3, 1, 4, 2.6)])
+    assert chains_only is not None
+    assert chains_only.relative_sd(6, 8, 49) > model.relative_sd(6, 8, 49)
 
 
 def test_leave_one_out_leaves_the_whole_shape_out() -> None:

@@ -218,6 +218,11 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
             incumbent = float(np.max(values.predict([config_of(t) for t in scored])[0]))
             if busy:
                 values = values.believing(busy)
+                # Counted as measured, a running config counts towards the best measured
+                # too: else a neighbour of one predicted high keeps its whole improvement
+                # over the incumbent, and the hosts stack up along one knob.
+                believed = float(np.max(values.predict(list(busy))[0]))
+                incumbent = max(incumbent, believed)
             mu, sd = values.predict(configs)
             acq = expected_improvement(mu, sd, incumbent)
         else:

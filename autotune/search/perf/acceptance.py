@@ -47,6 +47,10 @@ SD_MEASURED = 0.01
 SD_PER_EXTRAPOLATED = 0.04
 SD_TREE_FITTED = 0.03
 SD_TREE_PRIOR = 0.12
+#: A tree's sd per doubling of topk away from the widest or narrowest tree deployed: omega
+#: is one number fitted where trees ran, and the rank law it stands for is the model's own
+#: (a real drafter's tail need not fall as omega ** log2(w) does).
+SD_TREE_PER_DOUBLING = 0.04
 
 
 @dataclass(frozen=True)
@@ -151,8 +155,17 @@ class Acceptance:
             extrapolated = depth
         sd = math.hypot(SD_MEASURED, self._sampling_sd(depth)) + SD_PER_EXTRAPOLATED * extrapolated
         if topk > 1 and draft - 1 > depth:
-            sd += SD_TREE_FITTED if self.trees_seen else SD_TREE_PRIOR
+            sd += self._tree_sd(topk)
         return sd
+
+    def _tree_sd(self, topk: int) -> float:
+        """The tree's own part: the prior's before any tree ran, else growing with how many
+        doublings of width lie between this topk and the nearest deployed tree's."""
+        widths = {k for s, k, d in self.shapes if k > 1 and d - 1 > min(s, d - 1)}
+        if not self.trees_seen or not widths:
+            return SD_TREE_PRIOR
+        doublings = min(abs(math.log2(topk) - math.log2(k)) for k in widths)
+        return min(SD_TREE_PRIOR, SD_TREE_FITTED + SD_TREE_PER_DOUBLING * doublings)
 
     def _sampling_sd(self, depth: int) -> float:
         """Relative standard error of the measured positions' accept length; a deep chain
