@@ -69,7 +69,7 @@ llamacpp-install: $(LLAMA_STAMP)
 
 $(LLAMA_STAMP): $(TEST_STAMP)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet -e '.[test,llamacpp]'
-	$(BIN)/python -m autotune.engines.llamacpp_setup
+	$(BIN)/python -m autotune.testservers.llamacpp
 	touch $@
 
 # Tune llama-server on both workloads (examples/llamacpp-local.yaml) and print the winners.
@@ -92,7 +92,7 @@ sglang-wheels: $(STAMP)
 # (about 3 minutes and 3.5 GB the first time; pip caches the download) and a tiny Llama
 # served with random weights. `make vllm` tunes it (examples/vllm-local.yaml).
 vllm-install: $(STAMP)
-	$(BIN)/python -m autotune.engines.vllm_setup
+	$(BIN)/python -m autotune.testservers.vllm
 
 vllm: vllm-install
 	$(BIN)/autotune start --config examples/vllm-local.yaml

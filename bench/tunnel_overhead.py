@@ -81,9 +81,9 @@ def _server(kind: str) -> Iterator[tuple[int, str]]:
         argv += ["--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
         argv += ["--sim-load-time", "0.5", "--sim-seed", "1"]
     else:
-        from autotune.engines import llamacpp_setup
+        from autotune.testservers import llamacpp as installed
 
-        argv = [str(llamacpp_setup.binary()), "--model", str(llamacpp_setup.model())]
+        argv = [str(installed.binary()), "--model", str(installed.model())]
         argv += ["--host", "127.0.0.1", "--port", str(port), "--parallel", "16"]
         argv += ["--ctx-size", str(16 * 512), "--threads", "2"]
     with _process(argv):

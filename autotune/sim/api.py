@@ -1,6 +1,6 @@
 """Generation requests in, SGLang-shaped responses and stream chunks out.
 
-Three APIs share one engine: OpenAI chat and completions (SSE chunks in
+Three APIs share one scheduler: OpenAI chat and completions (SSE chunks in
 OpenAI's format, usage in a final chunk) and SGLang's native `/generate`
 (cumulative text, a running `meta_info`). Under speculation one chunk carries
 every token accepted in one verify step, as a real server sends them.
@@ -18,7 +18,7 @@ from typing import Any
 
 from autotune.engines import sglang_facts
 from autotune.sim import httpio, lengths
-from autotune.sim.engine import Engine, Req
+from autotune.sim.scheduler import Req, Scheduler
 from autotune.sim.text import TextSource
 
 CHARS_PER_TOKEN = 4
@@ -102,7 +102,7 @@ def _temperature(v: Any) -> float:
 
 
 class GenParams:
-    """What the engine needs to know about one request, whatever API it came through."""
+    """What the scheduler needs to know about one request, whatever API it came through."""
 
     __slots__ = (
         "greedy",
@@ -203,9 +203,9 @@ def _fingerprint(prompt: Any) -> int:
     return zlib.crc32(json.dumps(prompt, sort_keys=True).encode())
 
 
-def make_request(engine: Engine, params: GenParams, sink: Any, *, client: bool = True) -> Req:
-    """Decide the reply's length and acceptance regime, and wrap it for the engine."""
-    context = engine.resolved.context_len
+def make_request(scheduler: Scheduler, params: GenParams, sink: Any, *, client: bool = True) -> Req:
+    """Decide the reply's length and acceptance regime, and wrap it for the scheduler."""
+    context = scheduler.resolved.context_len
     if params.prompt_tokens >= context:
         raise ApiError(
             f"The input ({params.prompt_tokens} tokens) is longer than the model's context "
@@ -216,18 +216,18 @@ def make_request(engine: Engine, params: GenParams, sink: Any, *, client: bool =
     if params.ignore_eos:
         target, by_eos = max_new, False
     else:
-        target = lengths.sample_output_length(engine.rng.random(), "natural", max_new)
+        target = lengths.sample_output_length(scheduler.rng.random(), "natural", max_new)
         by_eos = target < max_new
-    rid = engine.new_id()
+    rid = scheduler.new_id()
     return Req(
         rid,
         params.prompt_tokens,
         target,
         greedy=params.greedy,
         stop_by_eos=by_eos,
-        cdf=engine.accept_cdf(params.greedy, seen=engine.remember(params.prompt_key)),
+        cdf=scheduler.accept_cdf(params.greedy, seen=scheduler.remember(params.prompt_key)),
         text=TextSource(
-            params.greedy or engine.rng.random() < engine.loop_share, zlib.crc32(rid.encode())
+            params.greedy or scheduler.rng.random() < scheduler.loop_share, zlib.crc32(rid.encode())
         ),
         sink=sink,
         client=client,
@@ -265,16 +265,16 @@ class CollectSink(_Done):
 
 
 class _StreamSink(_Done):
-    __slots__ = ("engine", "writer")
+    __slots__ = ("scheduler", "writer")
 
-    def __init__(self, engine: Engine, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, scheduler: Scheduler, writer: asyncio.StreamWriter) -> None:
         super().__init__()
-        self.engine = engine
+        self.scheduler = scheduler
         self.writer = writer
 
     def _send(self, req: Req, data: bytes) -> None:
         if self.writer.transport.is_closing():
-            self.engine.abort(req)
+            self.scheduler.abort(req)
             self._resolve()
             return
         self.writer.write(data)
@@ -293,7 +293,7 @@ class OpenAIStreamSink(_StreamSink):
 
     def __init__(
         self,
-        engine: Engine,
+        scheduler: Scheduler,
         writer: asyncio.StreamWriter,
         *,
         chat: bool,
@@ -302,7 +302,7 @@ class OpenAIStreamSink(_StreamSink):
         eos_token_id: int,
         rid: str,
     ) -> None:
-        super().__init__(engine, writer)
+        super().__init__(scheduler, writer)
         self.chat = chat
         self.model = model_name
         self.include_usage = include_usage
@@ -364,11 +364,13 @@ class GenerateStreamSink(_StreamSink):
 
     __slots__ = ("eos_token_id", "parts", "spec")
 
-    def __init__(self, engine: Engine, writer: asyncio.StreamWriter, *, eos_token_id: int) -> None:
-        super().__init__(engine, writer)
+    def __init__(
+        self, scheduler: Scheduler, writer: asyncio.StreamWriter, *, eos_token_id: int
+    ) -> None:
+        super().__init__(scheduler, writer)
         self.parts: list[str] = []
         self.eos_token_id = eos_token_id
-        self.spec = engine.spec.on
+        self.spec = scheduler.spec.on
 
     def tokens(self, req: Req, text: str, n: int) -> None:
         self.parts.append(text)

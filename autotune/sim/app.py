@@ -1,7 +1,7 @@
 """The simulated server's HTTP API: routes, auth, and the JSON SGLang answers with.
 
-Generation requests become engine requests (see api.py); everything else is
-read from the resolved configuration and the engine's counters.
+Generation requests become scheduler requests (see api.py); everything else is
+read from the resolved configuration and the scheduler's counters.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from autotune import __version__
 from autotune.engines import sglang_facts
 from autotune.sim import api, httpio, logs, metrics, model
 from autotune.sim.args import SimArgs
-from autotune.sim.engine import Engine, Req
 from autotune.sim.profiles import Profile
+from autotune.sim.scheduler import Req, Scheduler
 
 SGLANG_VERSION = sglang_facts.SIMULATED
 #: What `--api-key` leaves open, as SGLang 0.5.23 decides it (sglang/srt/utils/auth.py,
@@ -71,7 +71,7 @@ class SimServer:
         noise = args.sim.noise
         # A restart of a real GPU server is never exactly as fast as the last one.
         factor = min(1.25, max(0.8, self.rng.gauss(1.0, noise))) if noise > 0 else 1.0
-        self.engine = Engine(
+        self.scheduler = Scheduler(
             profile,
             resolved,
             rng=self.rng,
@@ -79,7 +79,7 @@ class SimServer:
             speed_factor=factor,
             time_scale=args.sim.speedup,
         )
-        self.engine.loop_share = args.sim.loop_share
+        self.scheduler.loop_share = args.sim.loop_share
         self.model_name = args.served_model_name or args.model_path or profile.model_path
         self.ready = False
         self.created = int(time.time())
@@ -222,7 +222,7 @@ class SimServer:
         }
 
     async def server_info(self, req: httpio.Request, writer: asyncio.StreamWriter) -> bytes:
-        r, st = self.resolved, self.engine.stats
+        r, st = self.resolved, self.scheduler.stats
         state: dict[str, Any] = {
             "last_gen_throughput": round(st.last_gen_throughput, 4),
             "memory_usage": {
@@ -232,13 +232,13 @@ class SimServer:
             },
             "effective_max_running_requests_per_dp": r.max_running_requests,
         }
-        avg = self.engine.avg_accept_length()
+        avg = self.scheduler.avg_accept_length()
         if avg is not None:
             state["avg_spec_accept_length"] = round(avg, 6)
         if r.adaptive is not None:
             # The tier the controller runs now; the top-level value is the launch's.
-            state["speculative_num_steps"] = self.engine.live_steps
-            state["speculative_num_draft_tokens"] = self.engine.live_steps + 1
+            state["speculative_num_steps"] = self.scheduler.live_steps
+            state["speculative_num_draft_tokens"] = self.scheduler.live_steps + 1
         info = {
             **self.server_args(),
             "max_total_num_tokens": r.max_total_num_tokens,
@@ -267,10 +267,10 @@ class SimServer:
     async def metrics(self, req: httpio.Request, writer: asyncio.StreamWriter) -> Reply:
         if not self.args.enable_metrics:
             return _Status(404, json.dumps({"detail": "Not Found"}).encode())
-        return metrics.render(self.engine, self.model_name).encode()
+        return metrics.render(self.scheduler, self.model_name).encode()
 
     async def sim_stats(self, req: httpio.Request, writer: asyncio.StreamWriter) -> bytes:
-        snap = self.engine.snapshot()
+        snap = self.scheduler.snapshot()
         snap.update(
             ready=self.ready,
             profile=self.profile.name,
@@ -287,7 +287,9 @@ class SimServer:
                 "adaptive": None
                 if self.resolved.adaptive is None
                 else self.resolved.adaptive.as_json(),
-                "adaptive_steps": {str(k): v.steps for k, v in sorted(self.engine.slots.items())},
+                "adaptive_steps": {
+                    str(k): v.steps for k, v in sorted(self.scheduler.slots.items())
+                },
             },
         )
         return json.dumps(snap).encode()
@@ -295,11 +297,11 @@ class SimServer:
     async def flush_cache(self, req: httpio.Request, writer: asyncio.StreamWriter) -> Reply:
         # As SGLang: refused while requests run or wait, unless `?timeout=` lets it wait.
         deadline = time.monotonic() + _query_float(req, "timeout")
-        while not self.engine.idle():
+        while not self.scheduler.idle():
             if time.monotonic() >= deadline:
                 return _Status(400, b"Flush cache failed.\n")
             await asyncio.sleep(0.05)
-        self.engine.flush()
+        self.scheduler.flush()
         return _Status(
             200,
             b"Cache flushed.\nPlease check backend logs for more details. "
@@ -322,9 +324,9 @@ class SimServer:
         eos = self.profile.eos_token_id
         if params.stream:
             # The chunks carry the request id, so the request exists before its sink.
-            r = api.make_request(self.engine, params, None)
+            r = api.make_request(self.scheduler, params, None)
             stream = api.OpenAIStreamSink(
-                self.engine,
+                self.scheduler,
                 writer,
                 chat=chat,
                 model_name=self.model_name,
@@ -337,7 +339,7 @@ class SimServer:
             await self._run(r, stream)
             return None
         sink = api.CollectSink()
-        r = api.make_request(self.engine, params, sink)
+        r = api.make_request(self.scheduler, params, sink)
         await self._run(r, sink)
         text = "".join(sink.parts)
         return api.openai_body(r, text, chat=chat, model_name=self.model_name, eos_token_id=eos)
@@ -346,22 +348,22 @@ class SimServer:
         params = api.parse_generate(_json_body(req))
         eos, spec = self.profile.eos_token_id, self.resolved.spec.on
         if params.stream:
-            sink: Any = api.GenerateStreamSink(self.engine, writer, eos_token_id=eos)
-            r = api.make_request(self.engine, params, sink)
+            sink: Any = api.GenerateStreamSink(self.scheduler, writer, eos_token_id=eos)
+            r = api.make_request(self.scheduler, params, sink)
             writer.write(httpio.stream_head())
             await self._run(r, sink)
             return None
         sink = api.CollectSink()
-        r = api.make_request(self.engine, params, sink)
+        r = api.make_request(self.scheduler, params, sink)
         await self._run(r, sink)
         return api.generate_body(r, "".join(sink.parts), spec=spec, eos_token_id=eos)
 
     async def _run(self, r: Req, sink: Any) -> None:
-        self.engine.submit(r)
+        self.scheduler.submit(r)
         try:
             await sink.done
         except asyncio.CancelledError:
-            self.engine.abort(r)
+            self.scheduler.abort(r)
             raise
         if r.state == "finished":
             self.served += 1

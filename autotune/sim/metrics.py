@@ -7,7 +7,7 @@ there is no `max_running_requests` gauge: the real server has none.
 
 from __future__ import annotations
 
-from autotune.sim.engine import Engine
+from autotune.sim.scheduler import Scheduler
 
 #: name -> help text, in the order they are printed.
 GAUGES = {
@@ -35,20 +35,20 @@ def names() -> list[str]:
     return [f"sglang:{n}" for n in (*GAUGES, *COUNTERS)]
 
 
-def render(engine: Engine, model_name: str) -> str:
-    st = engine.stats
-    total = engine.resolved.max_total_num_tokens
+def render(scheduler: Scheduler, model_name: str) -> str:
+    st = scheduler.stats
+    total = scheduler.resolved.max_total_num_tokens
     labels = f'{{model_name="{model_name}",engine_type="unified",tp_rank="0",pp_rank="0"}}'
     gauges = {
-        "num_running_reqs": len(engine.running),
-        "num_used_tokens": engine.kv_used,
-        "token_usage": engine.kv_used / total,
+        "num_running_reqs": len(scheduler.running),
+        "num_used_tokens": scheduler.kv_used,
+        "token_usage": scheduler.kv_used / total,
         "gen_throughput": st.last_gen_throughput,
-        "num_queue_reqs": len(engine.waiting),
+        "num_queue_reqs": len(scheduler.waiting),
         "cache_hit_rate": 0.0,
         "spec_accept_length": st.last_accept_len,
         "spec_accept_rate": st.last_accept_rate,
-        "spec_num_steps": engine.live_steps,
+        "spec_num_steps": scheduler.live_steps,
         "max_total_num_tokens": total,
     }
     counters = {

@@ -74,7 +74,7 @@ async def _life(args: SimArgs) -> int:
             f"('{args.host}', {args.port}): {exc.strerror}"
         )
         raise _Died from None
-    engine_task = asyncio.create_task(sim.engine.run())
+    scheduler_task = asyncio.create_task(sim.scheduler.run())
     logs.info(f"INFO:     Started server process [{os.getpid()}]")
     logs.info("INFO:     Waiting for application startup.")
     logs.info("INFO:     Application startup complete.")
@@ -89,7 +89,7 @@ async def _life(args: SimArgs) -> int:
         logs.info("The server is fired up and ready to roll!")
         if sim.crash_after == 0:
             sim.crash()
-        await engine_task
+        await scheduler_task
     return 0
 
 
@@ -233,8 +233,8 @@ async def _warmup(sim: SimServer) -> None:
     """SGLang's warmup: one short generation through the real scheduler path."""
     sink = api.CollectSink()
     params = api.GenParams(7, 8, 0.0, True, False)
-    r = api.make_request(sim.engine, params, sink, client=False)
-    sim.engine.submit(r)
+    r = api.make_request(sim.scheduler, params, sink, client=False)
+    sim.scheduler.submit(r)
     await sink.done
     port = sim.rng.randrange(32768, 61000)
     logs.info(f'INFO:     127.0.0.1:{port} - "POST /generate HTTP/1.1" 200 OK')

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engines import llamacpp_setup
+from autotune.testservers import llamacpp as installed
 from tests import real_engine
 from tests.e2e import free_port
 from tests.real_engine import (
@@ -25,8 +25,8 @@ from tests.real_engine import (
 def llama() -> tuple[Path, Path]:
     """(llama-server binary, gemma3-270m GGUF)."""
     return require(
-        lambda: (llamacpp_setup.binary(), llamacpp_setup.model()),
-        llamacpp_setup.NotInstalled,
+        lambda: (installed.binary(), installed.model()),
+        installed.NotInstalled,
         "make llamacpp-install",
     )
 

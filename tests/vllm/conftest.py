@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.engines import vllm_setup
+from autotune.testservers import vllm as installed
 from autotune.unit import unitfile
 from tests import real_engine
 from tests.e2e import free_port
@@ -43,8 +43,8 @@ NGRAM = json.dumps(
 def vllm() -> tuple[Path, Path]:
     """(the vLLM environment's python, the tiny model's folder)."""
     return require(
-        lambda: (vllm_setup.python(), vllm_setup.model()),
-        vllm_setup.NotInstalled,
+        lambda: (installed.python(), installed.model()),
+        installed.NotInstalled,
         "make vllm-install",
     )
 

@@ -2,7 +2,7 @@
 
     <vllm environment>/bin/python vllm_tiny_model.py OUT_DIR
 
-Run by `vllm_setup` with vLLM's own Python (it needs `tokenizers`, which vLLM brings and
+Run by `testservers.vllm` with vLLM's own Python (it needs `tokenizers`, which vLLM brings and
 autotune does not). OUT_DIR gets a `LlamaForCausalLM` config (2 layers, hidden 256) and a
 byte-level BPE tokenizer trained here on text every machine has (Python's pydoc topics and
 the system's licence texts), with a chat template so `/v1/chat/completions` works. Random

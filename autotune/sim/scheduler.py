@@ -40,7 +40,7 @@ class Sink(Protocol):
 
 
 class Req:
-    """One generation request inside the engine."""
+    """One generation request inside the scheduler."""
 
     __slots__ = (
         "cdf",
@@ -145,7 +145,7 @@ class Stats:
         return points
 
 
-class Engine:
+class Scheduler:
     def __init__(
         self,
         profile: Profile,

