@@ -6,7 +6,7 @@
 
 Modules: `loop` (run_study and the end of a study), `worker` (what a worker does per
 trial), `trial` (one trial: deploy, wait until ready, benchmark, score), `finalists`,
-`fleet` (several workers), `stopping`, `locking`, `checks` (the unit and flags checked
+`fleet` (several workers), `stopping`, `server_lock`, `checks` (the unit and flags checked
 before anything is deployed), `deployment` (deploy a trial's or the original unit outside
 a study). A server is never left down: every path ends with a config someone chose.
 """

@@ -22,7 +22,7 @@ from autotune.errors import AutotuneError, ServerFailed
 from autotune.log import get
 from autotune.run import address
 from autotune.run.checks import api_key
-from autotune.run.locking import server_key
+from autotune.run.server_lock import server_key
 from autotune.run.trial import TrialPipeline
 from autotune.search import records
 from autotune.search import study as st

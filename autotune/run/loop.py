@@ -23,7 +23,7 @@ from autotune.log import get
 from autotune.run import address, finalists
 from autotune.run.checks import api_key, check_flags, check_unit, levels_above_cap
 from autotune.run.deployment import Handover, deploy_trial, deployer_for, handed_over
-from autotune.run.locking import server_lock
+from autotune.run.server_lock import server_lock
 from autotune.run.stopping import StopRequest, TrialInterrupted
 from autotune.run.trial import TrialPipeline, TrialResult
 from autotune.run.worker import POLL_S, Tally, Worker, confirm_crash

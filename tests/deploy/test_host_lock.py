@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.deploy.lock import HostLock, owner_text
+from autotune.deploy.host_lock import HostLock, owner_text
 from autotune.deploy.runner import LocalRunner
 from autotune.errors import DeployError
 

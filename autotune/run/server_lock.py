@@ -4,7 +4,8 @@ A `flock` the kernel drops when the holder dies, so a killed worker never
 leaves a stale lock. The lock is the server's, keyed on the address it serves
 (`server_lock`): configs in one folder for several servers run side by side, two
 configs for one server do not, wherever they live. (Workers of one study are welcome;
-two on one server are not. A systemd host has its own lock: deploy/lock.py.)
+two on one server are not. A systemd host has its own lock: deploy/host_lock.py; the
+study's proposals one at a time: store/storage.proposal_lock.)
 """
 
 from __future__ import annotations
