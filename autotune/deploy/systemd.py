@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 from autotune import log
 from autotune.deploy.gpu_wait import GpuWaitSettings, gpu_processes, wait_for_free_gpus
-from autotune.deploy.hostfiles import SH, SUDO, HostFiles, check_path
 from autotune.deploy.host_lock import HostLock, owner_text
+from autotune.deploy.hostfiles import SH, SUDO, HostFiles, check_path
 from autotune.deploy.runner import Result, Runner
 from autotune.deploy.tunnel import Tunnel
 from autotune.errors import DeployError
