@@ -224,3 +224,23 @@ def test_the_readiness_poll_carries_the_key_and_a_refusal_there_is_one_line(
                 assert str(stopped.value).startswith("target.api_key_env: ")
         finally:
             deployer.close()
+
+
+def test_a_key_an_earlier_study_recorded_is_masked_in_what_a_warm_start_compares(
+    tmp_path: Path,
+) -> None:
+    """A study recorded before its unit's flags were masked holds the key in plain text; the
+    study that starts from it records the differences between the two worlds."""
+    from autotune.config import load_config
+    from autotune.search import records, warm_start
+
+    cfg = load_config(_config(tmp_path, key_variable=None))
+    earlier = optuna.create_study()
+    then = warm_start.world(cfg)
+    assert then["unit_flags"]["--api-key"] == secrets.MASK  # recorded masked now
+    then["unit_flags"] = {**then["unit_flags"], "--api-key": KEY, "--port": "1"}
+    earlier.set_user_attr(records.STUDY_WORLD, then)
+    differs = warm_start.differences(cfg, earlier)
+    assert "--port" in differs  # a real difference is still said
+    assert "--api-key" not in differs  # not a false one, and not the key
+    assert KEY not in repr(differs)

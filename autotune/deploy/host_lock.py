@@ -4,6 +4,8 @@ The holder is a remote `cat` that keeps the locked file descriptor open and
 reads its stdin; when the deployer closes, or its process or SSH link dies,
 stdin ends and the kernel drops the lock, so a crashed daemon never leaves a
 stale lock behind. The lock file names its holder for the next one to report.
+(One worker per local server: run/server_lock.py; the study's proposals one at a time:
+store/storage.proposal_lock.)
 """
 
 from __future__ import annotations

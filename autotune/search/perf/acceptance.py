@@ -47,7 +47,7 @@ SD_MEASURED = 0.01
 SD_PER_EXTRAPOLATED = 0.04
 SD_TREE_FITTED = 0.03
 SD_TREE_PRIOR = 0.12
-#: A tree's sd per doubling of topk away from the widest or narrowest tree deployed: omega
+#: A tree's sd per doubling of topk away from the nearest width of a tree deployed: omega
 #: is one number fitted where trees ran, and the rank law it stands for is the model's own
 #: (a real drafter's tail need not fall as omega ** log2(w) does).
 SD_TREE_PER_DOUBLING = 0.04
