@@ -96,16 +96,8 @@ def unit_flags(cfg: Config) -> dict[str, str | None] | None:
     except (OSError, ValueError, AutotuneError):
         return None
     knobs = {p.flag for p in cfg.space.params.values() if p.flag}
-    return masked({k: v for k, v in flags.items() if k not in knobs})
-
-
-def masked(flags: Mapping[str, str | None]) -> dict[str, str | None]:
-    """The unit may carry the server's key (`--api-key KEY`): a study record never holds it
-    (nor one an earlier study recorded before its flags were masked)."""
-    return {
-        k: secrets.MASK if v and secrets.SECRET_FLAG.match(k) else secrets.value(v)
-        for k, v in flags.items()
-    }
+    # The unit may carry the server's key (`--api-key KEY`): a study record never holds it.
+    return secrets.flags({k: v for k, v in flags.items() if k not in knobs})
 
 
 @dataclass(frozen=True)
@@ -272,7 +264,7 @@ def differences(cfg: Config, study: optuna.Study) -> dict[str, dict[str, Any]]:
             out[field] = {"earlier": then.get(field), "now": now[field]}
     flags_then, flags_now = then.get("unit_flags"), now["unit_flags"]
     if flags_then is not None and flags_now is not None:
-        flags_then = masked(flags_then)
+        flags_then = secrets.flags(flags_then)  # an earlier study may predate the mask
         for flag in sorted(set(flags_then) | set(flags_now)):
             if flags_then.get(flag) != flags_now.get(flag):
                 out[flag] = {"earlier": flags_then.get(flag), "now": flags_now.get(flag)}

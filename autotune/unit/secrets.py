@@ -87,6 +87,12 @@ def mask_command(command: str) -> str:
     return " ".join(words)
 
 
+def flags(parsed: Mapping[str, str | None]) -> dict[str, str | None]:
+    """A unit's parsed flags (`unitfile.flags`) as a record may keep them: a secret-looking
+    flag's value masked whether autotune knows it or not, every other one through `value`."""
+    return {k: MASK if _secret(k, v) else value(v) for k, v in parsed.items()}
+
+
 def _secret(flag: str, value: str | None) -> bool:
     return bool(value) and bool(SECRET_FLAG.match(flag))
 
