@@ -139,7 +139,7 @@ def test_the_script_writes_its_table_from_raw_files_it_can_resume(tmp_path):
     argv += ["--raw", str(raw_dir)]
     assert sample_efficiency.main(argv) == 0
     text = out.read_text()
-    assert "| mtp qwen greedy c1 | 8 (8, 2) | default |" in text
+    assert "| mtp qwen greedy c1 | 8 (8, 1) | default |" in text
     assert "| grid |" in text
     assert "## Several hosts on one study" in text
     assert "| mtp qwen greedy c1 | " in text.split("## Several hosts")[1]

@@ -25,7 +25,7 @@ from typing import Any
 
 from autotune.engines import sglang_facts
 from autotune.sim import adaptive, lengths, refusals, tree
-from autotune.sim.profiles import Acceptance, Profile
+from autotune.sim.profiles import EASY_SHARE, HARD_FACTOR, Acceptance, Profile
 from autotune.sim.refusals import Refusal
 
 GiB = float(1 << 30)
@@ -57,13 +57,13 @@ NGRAM_DEFAULTS = {"min_bfs_breadth": 1, "max_bfs_breadth": 10, "match_type": "BF
                   "max_trie_depth": 18, "capacity": 10_000_000, "draft": 12}  # fmt: skip
 #: The n-gram drafter's chance to guess right: from the text, not the model. Greedy
 #: benchmark text (temperature 0, no EOS) repeats itself; chat replies rarely do.
-NGRAM_GREEDY = Acceptance(first=0.62, decay=0.95, shape=1.0, width_miss=0.8)
-NGRAM_NATURAL = Acceptance(first=0.3, decay=0.8, shape=1.0, width_miss=0.88)
+NGRAM_GREEDY = Acceptance(top=0.9916, horizon=4.463, spread=7.036, width_miss=0.8)
+NGRAM_NATURAL = Acceptance(top=0.9936, horizon=-2.499, spread=3.233, width_miss=0.88)
 #: A prompt NGRAM's corpus has seen since the last /flush_cache: the trie holds its earlier
 #: answer, and a sampled reply follows much of it. Assumed, not measured on SGLang: sized so
 #: a natural reply's throughput grows about as llama.cpp's ngram-mod did on a second pass
 #: over the same prompts (74 -> 114 tok/s, 1.5x).
-NGRAM_REPLAY = Acceptance(first=0.55, decay=0.9, shape=1.0, width_miss=0.85)
+NGRAM_REPLAY = Acceptance(top=0.9885, horizon=1.450, spread=4.443, width_miss=0.85)
 #: CPU time of one trie lookup per running request (ms); no draft forward at all.
 NGRAM_LOOKUP_MS = 0.04
 #: Share of the speculative bookkeeping (`t_spec`) that is host-side work the overlap
@@ -462,8 +462,10 @@ def accept_length(profile: Profile, spec: Spec, workload: str) -> float:
 def _accept_dist(acc: Acceptance, steps: int, topk: int, draft: int) -> tuple[float, ...]:
     if min(steps, draft - 1) <= 0:
         return (1.0,)
-    alphas = tuple(acc.first * acc.decay ** (j**acc.shape) for j in range(steps))
-    return tree.accept_dist(alphas, topk, draft, acc.width_miss)
+    # Easy and hard decode steps mixed (profiles.EASY_SHARE): each class's own tree.
+    easy = tree.accept_dist(acc.alphas(steps), topk, draft, acc.width_miss)
+    hard = tree.accept_dist(acc.alphas(steps, HARD_FACTOR), topk, draft, acc.width_miss)
+    return _mixed([(EASY_SHARE, easy), (1.0 - EASY_SHARE, hard)])
 
 
 def tiers(
