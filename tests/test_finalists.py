@@ -109,10 +109,13 @@ def test_close_finalists_get_more_rounds_up_to_the_cap_and_a_failure_is_out(
     demo: tuple[Config, Landscape],
 ) -> None:
     cfg, land = demo
-    study, top, keys = _with_finalists(cfg, land, 2)
-    # Two finalists within 1 % of each other when measured again, the runner-up now ahead
-    # of the leader (the first values said the opposite); the third fails.
-    worth = {keys[0]: 0.985, keys[1]: 0.995, keys[2]: 0.0}
+    study, top, keys = _with_finalists(cfg, land, 3)
+    # Two finalists within 1 % of each other when measured again, the one behind at first
+    # now ahead; the third fails. The premise: their first values were clearly apart (a
+    # study whose first values were within 1 % can settle in one round, rightly).
+    ahead, behind = sorted((0, 1), key=lambda i: -float(top[i].value))
+    assert float(top[ahead].value) > 1.02 * float(top[behind].value), [t.value for t in top]
+    worth = {keys[ahead]: 0.985, keys[behind]: 0.995, keys[2]: 0.0}
     remeasure = _fixed(land, cfg, worth)
     declared = finalists.validate(cfg, study, remeasure)
     record = study.user_attrs[finalists.FINALISTS]
