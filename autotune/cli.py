@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -16,7 +15,7 @@ from autotune import __version__
 from autotune.errors import AutotuneError
 
 if TYPE_CHECKING:
-    from autotune.config import Config
+    pass
 
 # Subcommands that hand their whole argument list to another parser.
 #: Commands whose output a person reads: their log lines stay readable when piped.
@@ -480,49 +479,9 @@ def _restore(args: argparse.Namespace) -> int:
 
 
 def _export_adaptive(args: argparse.Namespace) -> int:
-    from autotune.commands import export_adaptive as ea
-    from autotune.commands import export_schedule as es
-    from autotune.commands import phase_summary
-    from autotune.search import records
-    from autotune.search import study as st
+    from autotune.commands import export_adaptive
 
-    cfg = _load(args)
-    if es.applies(cfg.space):
-        return _export_schedule(cfg, Path(args.out) if args.out else None, args.measure)
-    path, data, winners = ea.export(cfg, Path(args.out) if args.out else None)
-    for w in winners:
-        tok_s = f"{w.tok_s:.1f} tok/s, trial {w.trial}"
-        print(f"c={w.concurrency:<4} best chain: steps {w.steps} ({tok_s})")
-    print(f"wrote {path}: {json.dumps(data)}")
-    if not args.measure:
-        return 0
-    ea.measure(cfg, data)
-    study = st.open_study(cfg, create=False)
-    print(ea.table(ea.comparison(cfg, study)))
-    probes = study.user_attrs.get(records.STUDY_ADAPTIVE_PROBES) or {}
-    print(phase_summary.table(phase_summary.phases(study, probes)))
-    return 0
-
-
-def _export_schedule(cfg: Config, out: Path | None, measure: bool) -> int:
-    """A draft length per batch size inside the JSON flag (vLLM's per-batch-size schedule)."""
-    from autotune.commands import export_schedule as es
-    from autotune.commands import phase_summary
-    from autotune.search import records
-    from autotune.search import study as st
-
-    path, data, winners = es.export(cfg, out)
-    for w in winners:
-        what = f"{w.tokens} draft tokens" if w.tokens else "no speculation"
-        print(f"c={w.concurrency:<4} best: {what} ({w.tok_s:.1f} tok/s, trial {w.trial})")
-    print(f"wrote {path}: --speculative-config '{json.dumps(data)}'")
-    if measure:
-        es.measure(cfg, data)
-        study = st.open_study(cfg, create=False)
-        print(es.comparison(cfg, study))
-        probes = study.user_attrs.get(records.STUDY_ADAPTIVE_PROBES) or {}
-        print(phase_summary.table(phase_summary.phases(study, probes)))
-    return 0
+    return export_adaptive.run(_load(args), Path(args.out) if args.out else None, args.measure)
 
 
 def _dashboard(args: argparse.Namespace) -> int:

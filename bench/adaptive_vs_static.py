@@ -184,17 +184,17 @@ def _cli(*args: Any) -> subprocess.CompletedProcess[str]:
 
 
 def _study_attrs(folder: Path) -> dict[str, Any]:
-    from autotune.commands import export_adaptive, phase_summary
     from autotune.config import load_config
+    from autotune.export import phases, sglang_adaptive
     from autotune.search import study as st
 
     cfg = load_config(str(folder / "autotune.yaml"))
     study = st.open_study(cfg, create=False)
     return {
-        "rows": export_adaptive.comparison(cfg, study),
+        "rows": sglang_adaptive.comparison(cfg, study),
         "export": study.user_attrs["adaptive_export"],
-        "phases": phase_summary.phases(
-            study, study.user_attrs.get(export_adaptive.PROBES) or {}, every_finalist=True
+        "phases": phases.phases(
+            study, study.user_attrs.get(sglang_adaptive.PROBES) or {}, every_finalist=True
         ),
     }
 

@@ -271,7 +271,7 @@ start from a slow config.
 
 A night of the same command is not one length (the demo's 119 to 227 s after its first
 trial, one finalist round or four), so the estimate, an expectation, is graded against the
-mean of the recorded nights (tests/test_estimate.py replays every night below through the
+mean of the recorded nights (tests/run/test_estimate.py replays every night below through the
 rule at HEAD)."""
 
 

@@ -176,3 +176,21 @@ def test_the_simulator_keeps_its_own_physics() -> None:
     }
     assert not borrowed, sorted(borrowed)
     assert any(t.startswith("autotune.engines") for t in edges["autotune.sim.model"])
+
+
+def test_commands_holds_only_subcommands() -> None:
+    """Issue 55: each module of `commands/` is one subcommand's work, called by the command
+    line alone (a module another package imports has a job of its own: `export/` took
+    the exporters and the phase summary out of it)."""
+    edges = _module_edges()
+    commands = {f"autotune.commands.{p.stem}" for p in (ROOT / "commands").glob("*.py")}
+    commands.discard("autotune.commands.__init__")
+    outside = {
+        f"{here} -> {there} ({where})"
+        for here, targets in edges.items()
+        if not here.startswith(("autotune.commands", "autotune.cli"))
+        for there, where in targets.items()
+        if there.startswith("autotune.commands")
+    }
+    assert not outside, sorted(outside)
+    assert commands <= set(edges["autotune.cli"]), sorted(commands - set(edges["autotune.cli"]))

@@ -28,7 +28,7 @@ Optuna reads both forms (`_get_constraints_from_system_attrs` merges the list as
 keys "0", "1", ... with the named keys), so feasibility and `study.best_trial`
 are unchanged. TPE ranks infeasible trials by the sum of their violations, which
 the list doubles for every trial alike: the ranking, and so TPE, is unchanged as
-long as every trial carries both forms (tests/test_dashboard.py checks it).
+long as every trial carries both forms (tests/commands/test_dashboard.py checks it).
 """
 
 from __future__ import annotations

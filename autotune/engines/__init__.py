@@ -7,7 +7,7 @@
 
 An engine-specific fact lives in its adapter; if shared code needs an
 `if engine == ...`, the protocol lacks a method. A new engine is one file here and one
-`register(...)` line below (or a `register` call from outside: tests/test_third_engine.py).
+`register(...)` line below (or a `register` call from outside: tests/engines/test_third_engine.py).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ ModuleNotFoundError(...)`) is not the cause of a death. Where each message comes
   No module named 'pkg')`, `python3 -m pkg` prints `<python>: No module named pkg`, an import
   inside the program dies with `ModuleNotFoundError: No module named 'x'`; OS errors print as
   `PermissionError: [Errno 13] Permission denied: '…'` and `OSError: [Errno 28] No space
-  left on device` (checked by running them: tests/test_host_failures.py);
+  left on device` (checked by running them: tests/engines/test_host_failures.py);
 - a shell or `/usr/bin/env` in ExecStart: `…: not found` / `command not found` (exit 127),
   `/usr/bin/env: 'x': No such file or directory`;
 - systemd: exit status 203 (`EXIT_EXEC`, src/basic/exit-status.h) when it cannot execute

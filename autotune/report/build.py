@@ -10,9 +10,9 @@ from typing import Any
 import matplotlib
 
 from autotune.bench.workload import load_workload
-from autotune.commands import export_adaptive, phase_summary
 from autotune.config import Config
 from autotune.errors import AutotuneError, ConfigError
+from autotune.export import phases, sglang_adaptive
 from autotune.log import get
 from autotune.report import data as report_data
 from autotune.report import plots
@@ -38,7 +38,7 @@ def build_report(cfg: Config, out_dir: str | Path) -> Path:
     study = st.open_study(cfg, create=False)
     data = report_data.load(cfg, study)
     probes = study.user_attrs.get(records.STUDY_ADAPTIVE_PROBES) or {}
-    load_phases = phase_summary.phases(study, probes, every_finalist=True)
+    load_phases = phases.phases(study, probes, every_finalist=True)
     page = Page(
         data=data,
         plots=Plots(
@@ -72,10 +72,10 @@ def build_report(cfg: Config, out_dir: str | Path) -> Path:
 
 def _adaptive_rows(cfg: Config, study: Any) -> list[dict[str, Any]] | None:
     try:
-        export_adaptive.knobs(cfg)
+        sglang_adaptive.knobs(cfg)
     except ConfigError:
         return None  # not a static-vs-adaptive space
-    return export_adaptive.comparison(cfg, study)
+    return sglang_adaptive.comparison(cfg, study)
 
 
 def _flags(cfg: Config, config: Mapping[str, Any]) -> str:

@@ -31,11 +31,11 @@ class Page:
     """What the workload sends, in words."""
     generated: str
     adaptive: list[dict[str, Any]] | None = None
-    """Static vs adaptive per level (`export_adaptive.comparison`); None: not such a space."""
+    """Static vs adaptive per level (`sglang_adaptive.comparison`); None: not such a space."""
     adaptive_export: Mapping[str, Any] | None = None
     adaptive_probes: Mapping[str, Any] | None = None
     load_phases: Mapping[str, Mapping[str, Any]] | None = None
-    """Label -> changing-load phase (`commands/phase_summary.phases`)."""
+    """Label -> changing-load phase (`export/phases.phases`)."""
     fixed_level_winner: int | None = None
     """The finalist the fixed levels preferred, when it did not hold up under changing load."""
 

@@ -1,7 +1,7 @@
 """Optuna's private attributes, used here and nowhere else (read in Optuna 5.0).
 
 Each one says why the public API does not serve. An Optuna release that renames one
-breaks this file only, and tests/test_optuna_private.py says which.
+breaks this file only, and tests/store/test_optuna_private.py says which.
 """
 
 from __future__ import annotations

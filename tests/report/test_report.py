@@ -140,7 +140,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     quicker(config, min_duration=0.5, max_duration=0.5, ci_width=None)
     # The GP from scratch: it deploys configs short of the running-requests floor, whose
     # rows the report must show (the performance model rarely does; its own report rows are
-    # checked in tests/test_perf_model.py).
+    # checked in tests/search/test_perf_model.py).
     data = yaml.safe_load(config.read_text())
     data["study"]["performance_model"] = False
     config.write_text(yaml.safe_dump(data, sort_keys=False))

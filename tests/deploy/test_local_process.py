@@ -319,7 +319,7 @@ def test_deploy_stop_are_safe_to_repeat(make: Callable[..., LocalProcessDeployer
     d.close()
 
 
-EXAMPLE = Path(__file__).parent.parent / "examples" / "sglang-sim.service"
+EXAMPLE = Path(__file__).parents[2] / "examples" / "sglang-sim.service"
 
 
 @pytest.mark.skipif(

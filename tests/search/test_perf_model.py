@@ -31,7 +31,7 @@ from autotune.search.perf.step_cost import StepCost, Timed
 from autotune.space import load_space, space_from_dict
 from tests.e2e import autotune, study_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 MTP = load_space(REPO / "search_spaces" / "sglang-mtp.yaml")
 EAGLE = load_space(REPO / "search_spaces" / "sglang-eagle.yaml")
 

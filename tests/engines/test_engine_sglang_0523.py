@@ -14,9 +14,9 @@ import structlog.testing
 from autotune.engines import sglang as sglang_engine
 from autotune.engines.sglang import SGLangEngine, launch_flags, mamba_cap
 from autotune.unit.secrets import mask_command
-from tests.test_engine_sglang import EAGLE, Sim, start_sim  # noqa: F401  (fixture)
+from tests.engines.test_engine_sglang import EAGLE, Sim, start_sim  # noqa: F401  (fixture)
 
-REAL = Path(__file__).parent / "data" / "sglang" / "real"
+REAL = Path(__file__).parents[1] / "data" / "sglang" / "real"
 engine = SGLangEngine()
 
 

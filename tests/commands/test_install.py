@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_wheel_runs_init_and_validate_without_the_checkout(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from autotune.search.study import baseline_of
 from autotune.space import load_space, space_from_dict
 from autotune.unit import reach, unitfile, verify
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NGRAM = REPO / "search_spaces" / "vllm-ngram.yaml"
 UNIT = """[Unit]
 Description=vLLM

@@ -18,7 +18,7 @@ from autotune.engines import Counters, engine_for, get_engine
 from autotune.engines.vllm import VLLMEngine, launch_flags, metric_samples, non_default_args
 from tests.routes import serve_routes
 
-DATA = Path(__file__).resolve().parent / "data" / "vllm"
+DATA = Path(__file__).resolve().parents[1] / "data" / "vllm"
 
 
 def log(name: str) -> str:
@@ -203,7 +203,7 @@ def test_one_n_gram_bound_copies_the_other() -> None:
 
 
 def test_a_schedule_gives_each_level_its_winners_draft_length() -> None:
-    from autotune.commands.export_schedule import LevelWinner, applies, schedule
+    from autotune.export.vllm_schedule import LevelWinner, applies, schedule
     from autotune.space import load_space
 
     winners = [
@@ -214,6 +214,6 @@ def test_a_schedule_gives_each_level_its_winners_draft_length() -> None:
     ]
     # Inclusive ranges from 1, neighbours with one length merged, 0 drafts nothing.
     assert schedule(winners) == [[1, 1, 5], [2, 32, 3], [33, 64, 0]]
-    repo = Path(__file__).resolve().parent.parent / "search_spaces"
+    repo = Path(__file__).resolve().parents[2] / "search_spaces"
     assert applies(load_space(repo / "vllm-ngram.yaml"))
     assert not applies(load_space(repo / "sglang-eagle.yaml"))

@@ -21,7 +21,7 @@ from autotune.unit.unitfile import (
 )
 from autotune.unit.verify import verify_unit
 
-UNITS = Path(__file__).parent / "data" / "units"
+UNITS = Path(__file__).parents[1] / "data" / "units"
 HAVE_ANALYZE = shutil.which("systemd-analyze") is not None
 needs_analyze = pytest.mark.skipif(not HAVE_ANALYZE, reason="systemd-analyze is not installed")
 

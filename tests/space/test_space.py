@@ -9,7 +9,7 @@ import yaml
 from autotune.errors import ConfigError
 from autotune.space import SearchSpace, load_space, space_from_dict
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EAGLE = REPO / "search_spaces" / "sglang-eagle.yaml"
 MTP = REPO / "search_spaces" / "sglang-mtp.yaml"
 STEPS, TOPK, DRAFT = (

@@ -22,7 +22,7 @@ from autotune.run import eta, finalists
 from autotune.search import estimate
 from tests.real_engine import require
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RAW = REPO / "bench" / "results" / "raw" / "estimate_truth.jsonl"
 T0 = datetime(2026, 12, 6, 21, 37)
 MODEL = Path.home() / ".cache" / "autotune" / "models" / "gemma3-270m-q4_k_m.gguf"

@@ -20,7 +20,7 @@ from autotune.space import load_space, space_from_dict
 from bench.efficiency.cells import Cell, landscape
 from tests.modelled import run_study
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EAGLE = load_space(REPO / "search_spaces" / "sglang-eagle.yaml")
 MTP = load_space(REPO / "search_spaces" / "sglang-mtp.yaml")
 STEPS, TOPK, DRAFT = EAGLE.order

@@ -3,7 +3,7 @@
 `restore`, `apply` and the end of `start` print one line, `serving ... at URL (...)`, after
 the deployer has let go: a local child keeps running (its pid and how to stop it are in the
 line) and the address answers. Local systemd and SSH are covered beside their own studies
-(tests/test_resilience.py, tests/deploy/test_study_ssh.py).
+(tests/run/test_resilience.py, tests/deploy/test_study_ssh.py).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from autotune.engines import Engine, Failure, ServerInfo, get_engine
 from autotune.engines.sglang import SGLangEngine, parse_capacity
 from autotune.errors import ConfigError, ServerFailed
 
-LOGS = Path(__file__).parent / "data" / "sglang"
+LOGS = Path(__file__).parents[1] / "data" / "sglang"
 engine = SGLangEngine()
 
 

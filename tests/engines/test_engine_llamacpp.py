@@ -13,7 +13,7 @@ import pytest
 from autotune.engines import Counters, get_engine
 from autotune.engines.llamacpp import LlamaCppEngine, parse_metrics, spec_types
 
-DATA = Path(__file__).resolve().parent / "data" / "llamacpp"
+DATA = Path(__file__).resolve().parents[1] / "data" / "llamacpp"
 
 
 def log(name: str) -> str:

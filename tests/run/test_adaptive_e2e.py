@@ -52,7 +52,7 @@ def test_adaptive_space_study_export_and_report(tmp_path: Path) -> None:
         row = next(line for line in lines if line.startswith(level) and "tok/s" not in line)
         # static, best adaptive trial, SGLang's default and the exported config all measured
         assert row.count("—") == 0, proc.stdout
-    assert "measuring an adaptive config" in proc.stderr and "probe=exported" in proc.stderr
+    assert "measuring an exported config" in proc.stderr and "probe=exported" in proc.stderr
     # The declared best (as a finalist) and both probes went through the changing-load phase
     # (c=1, 16, 1), judged against the levels the same deployment served.
     phase = lines[lines.index(next(x for x in lines if x.startswith("through the changing")))

@@ -1,4 +1,5 @@
-"""`autotune export-adaptive` for a JSON speculative config: a per-batch-size draft length.
+"""vLLM's per-batch-size draft length from a study (`autotune export-adaptive` on a space
+that tunes the draft length inside a JSON flag).
 
 vLLM (0.32.0) switches the draft length by the batch's size with one more field of
 `--speculative-config`, `num_speculative_tokens_per_batch_size: [[first, last, K], ...]`
@@ -17,28 +18,27 @@ then leaves the server as a finished study would.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import optuna
 from optuna.trial import TrialState
 
 from autotune.config import Config
 from autotune.errors import AutotuneError, ConfigError
-from autotune.log import get
+from autotune.export import probes
+from autotune.export.probes import EXPORTED, PROBES, Probe
 from autotune.search import records
 from autotune.search import study as st
 from autotune.space import SearchSpace
 
-log = get("autotune.export")
+if TYPE_CHECKING:
+    from autotune.run.trial import TrialPipeline
 
 TOKENS = "num_speculative_tokens"
 SCHEDULE = "num_speculative_tokens_per_batch_size"
-PROBES = records.STUDY_ADAPTIVE_PROBES
-EXPORTED = "exported"
 
 
 @dataclass(frozen=True)
@@ -136,12 +136,6 @@ def with_unit_fields(cfg: Config, unit_text: str, data: Mapping[str, Any]) -> di
     return json.loads(merged) if merged else dict(data)
 
 
-def default_path(cfg: Config) -> Path:
-    from autotune.store.artifacts import artifact_dir
-
-    return artifact_dir(cfg.study.storage).parent / f"{cfg.study.name}-schedule.json"
-
-
 def export(cfg: Config, out: Path | None) -> tuple[Path, dict[str, Any], list[LevelWinner]]:
     """Write the JSON built from the study's per-level winners; (path, value, winners)."""
     from autotune.run import deployment
@@ -154,64 +148,24 @@ def export(cfg: Config, out: Path | None) -> tuple[Path, dict[str, Any], list[Le
         data = with_unit_fields(cfg, deployer.original_unit(), data)
     finally:
         deployer.close()
-    path = out or default_path(cfg)
-    try:
-        path.write_text(json.dumps(data) + "\n")
-    except OSError as exc:
-        raise AutotuneError(f"cannot write {path}: {exc.strerror}") from None
-    study.set_user_attr(
-        records.STUDY_ADAPTIVE_EXPORT,
-        {"config": data, "winners": [w.__dict__ for w in winners], "path": str(path)},
-    )
+    path = out or probes.default_path(cfg, "schedule")
+    probes.write(study, path, json.dumps(data) + "\n", data, winners)
     return path, data, winners
 
 
 def measure(cfg: Config, data: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Deploy and benchmark the schedule once; record it in the study; leave the server as
     a finished study would."""
-    from autotune.run import deployment, loop
     from autotune.unit import unitfile
 
     flag = _tokens_flag(cfg.space)
-    study = st.open_study(cfg, create=False)
-    deployer = deployment.deployer_for(cfg)
-    probes = dict(study.user_attrs.get(PROBES) or {})
-    try:
-        deployer.preflight()
-        pipeline = deployment.pipeline_for(cfg, deployer)
-        # A schedule breaks where the load changes, not at the levels it was derived from.
-        pipeline.load_phase = cfg.benchmark.load_phase
-        data = with_unit_fields(cfg, pipeline.base_unit, data)
-        unit = unitfile.patch_unit(pipeline.base_unit, {flag: json.dumps(data)}, [])
-        try:
-            log.info("measuring the per-batch-size schedule", config=json.dumps(data))
-            result = pipeline.run(None, lambda c: None, deployment=(unit, {}))
-            probes[EXPORTED] = _record(result.attrs, result.score.values, unit)
-            study.set_user_attr(PROBES, probes)
-            log.info("measured", probe=EXPORTED, value=probes[EXPORTED]["value"])
-        finally:
-            try:
-                loop.finish(cfg, study, deployer, pipeline)
-            except AutotuneError as err:
-                log.error("could not put a known config back", error=str(err))
-    finally:
-        deployer.close()
-    return probes
 
+    def probes_for(pipeline: TrialPipeline) -> list[Probe]:
+        value = json.dumps(with_unit_fields(cfg, pipeline.base_unit, data))
+        unit = unitfile.patch_unit(pipeline.base_unit, {flag: value}, [])
+        return [Probe(EXPORTED, None, unit, {}, value)]
 
-def _record(attrs: Mapping[str, Any], values: Any, unit: str) -> dict[str, Any]:
-    levels = {str(r["concurrency"]): round(float(r["output_throughput"]), 2)
-              for r in attrs.get(records.LEVELS) or []}  # fmt: skip
-    return {
-        "measured_at": time.time(),
-        "feasible": attrs.get(records.FEASIBLE),
-        "value": round(float(values[0]), 2) if values else None,
-        "levels": levels,
-        "load_phase": attrs.get(records.LOAD_PHASE),
-        "failure": attrs.get(records.FAILURE),
-        "reason": attrs.get(records.REASON),
-        "unit": unit,
-    }
+    return probes.measure(cfg, st.open_study(cfg, create=False), probes_for)
 
 
 def comparison(cfg: Config, study: optuna.Study) -> str:
