@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +31,7 @@ sys.path.insert(0, str(REPO))
 
 from autotune.sim import model  # noqa: E402
 from autotune.sim.profiles import get_profile  # noqa: E402
+from autotune.testservers.ports import free_port as _free_port  # noqa: E402
 
 LEVELS = (1, 16, 64)
 MAX_TOKENS = 128
@@ -135,12 +135,6 @@ def _leaders(values: dict[str, float], within: float) -> str:
 
 def _v(x: float | None) -> str:
     return "—" if x is None else f"{x:,.0f}"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _study(folder: Path, profile: str, workload: str, trials: int) -> Path:

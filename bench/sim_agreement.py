@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ sys.path.insert(0, str(REPO))
 from autotune.sim import model  # noqa: E402
 from autotune.sim.predict import benchmark_input_len  # noqa: E402
 from autotune.sim.profiles import PROFILES, get_profile  # noqa: E402
+from autotune.testservers.ports import free_port  # noqa: E402
 
 LEVELS = (1, 16, 64)
 #: Per profile: SGLang's own choice for the model; for the demo's profile also the
@@ -46,12 +46,6 @@ SAMPLE = {
     "llama3.1-8b-eagle3-h100": ((5, 4, 8),),
     "deepseek-v3-mtp-8xh200": ((3, 1, 4),),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def launch_flags(profile: str, knobs: tuple[int, int, int]) -> list[str]:

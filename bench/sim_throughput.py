@@ -17,12 +17,13 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from typing import Any
+
+from autotune.testservers.ports import free_port as _free_port
 
 DEFAULT_SIM_FLAGS = [
     "--sim-profile", "llama3.1-8b-eagle3-h100",
@@ -118,12 +119,6 @@ async def _client(url: str, streams: int, duration: float, warmup: float, max_to
 
 
 # -- driver -----------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _get(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=5) as r:
         return json.loads(r.read() or b"null")

@@ -37,7 +37,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.e2e import free_port, sim_unit  # noqa: E402
+from autotune.testservers.ports import free_port  # noqa: E402
+from autotune.testservers.sim_unit import sim_unit  # noqa: E402
 
 #: The last thing a trial does on the server: a level measured, the trial stopped early,
 #: found infeasible without a benchmark, or failed.

@@ -3,7 +3,7 @@ autotune uses) and OpenSSH's `ssh -N -L`, side by side in one run.
 
     .venv/bin/python bench/tunnel_overhead.py [--server sim|llama|both] [--rounds 3]
 
-A real sshd on 127.0.0.1 (the tests' own, tests/sshd.py) in front of the simulated
+A real sshd on 127.0.0.1 (the tests' own, autotune/testservers/sshd.py) in front of the simulated
 SGLang server and of the real llama-server. Each round measures every level once per way,
 the ways in a new order each round, so that drift hits all alike; the table gives the
 median over the rounds of throughput, TTFT p50/p99 and ITL p50 per level, and each way's
@@ -35,7 +35,7 @@ from autotune import log  # noqa: E402
 from autotune.bench import LevelSettings, load_workload, run_level  # noqa: E402
 from autotune.deploy.ssh_runner import SSHRunner, SSHSettings  # noqa: E402
 from autotune.deploy.tunnel import Tunnel  # noqa: E402
-from tests.sshd import SshServer, free_port, keygen  # noqa: E402
+from autotune.testservers.sshd import SshServer, free_port, keygen  # noqa: E402
 
 #: The simulator serves 64 streams at a real server's pace; llama-server on this CPU
 #: (2 cores, a 270M model) does not finish a c=64 level in minutes, so it is measured to 16.

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,33 +14,11 @@ from typing import Any
 import httpx
 import yaml
 
+# Shared with the experiments, so they live in testservers/; the tests take them from here.
+from autotune.testservers.ports import free_port as free_port
+from autotune.testservers.sim_unit import sim_unit as sim_unit
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def sim_unit(port: int, flags: str = "", sim_flags: str = "--sim-load-time 0.2") -> str:
-    """A systemd unit whose ExecStart is the simulator, launched like sglang.launch_server."""
-    return f"""[Unit]
-Description=simulated SGLang for a test
-
-[Service]
-Type=simple
-Environment=PYTHONUNBUFFERED=1
-ExecStart={sys.executable} -m autotune.sim \\
-    --model-path Qwen/Qwen3.5-122B-A10B \\
-    --host 127.0.0.1 --port {port} \\
-    --speculative-algorithm EAGLE {flags} \\
-    {sim_flags}
-Restart=no
-
-[Install]
-WantedBy=multi-user.target
-"""
 
 
 def study_dir(

@@ -194,3 +194,27 @@ def test_commands_holds_only_subcommands() -> None:
     }
     assert not outside, sorted(outside)
     assert commands <= set(edges["autotune.cli"]), sorted(commands - set(edges["autotune.cli"]))
+
+
+def _imports_of(folder: Path) -> dict[str, set[str]]:
+    """Top-level package each file under `folder` imports -> where."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                out[name.partition(".")[0]].add(f"{path.relative_to(folder.parent)}:{node.lineno}")
+    return out
+
+
+def test_neither_the_package_nor_the_experiments_import_the_tests() -> None:
+    """Issue 55: what the tests and the experiments both start (sshd, PostgreSQL, the
+    simulator's unit, a free port) lives in `autotune/testservers/`; shipped code and
+    experiments never reach into `tests/`."""
+    for folder in (ROOT, ROOT.parent / "bench"):
+        assert not _imports_of(folder).get("tests"), sorted(_imports_of(folder)["tests"])

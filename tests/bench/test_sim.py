@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import importlib.util
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import httpx
 import pytest
 
 from autotune.bench import LevelSettings, load_workload, run_level
+from autotune.testservers.ports import free_port as _free_port
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("autotune.sim.__main__") is None, reason="autotune.sim not built yet"
@@ -30,12 +30,6 @@ SIM_FLAGS = [
     "--sim-load-time", "0",
     "--sim-seed", "7",
 ]  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

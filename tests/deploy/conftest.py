@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from autotune.deploy.ssh_runner import SSHSettings
+from autotune.testservers.sshd import SshServer, keygen, sshd_missing_reason
 from tests.fake_systemd_host import FakeSystemdHost
-from tests.sshd import SshServer, keygen, sshd_missing_reason
 
 
 @pytest.fixture

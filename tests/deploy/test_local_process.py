@@ -6,7 +6,6 @@ import contextlib
 import importlib.util
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ import pytest
 from autotune.deploy.base import Deployer
 from autotune.deploy.local_process import LocalProcessDeployer, program_words
 from autotune.errors import ConfigError
+from autotune.testservers.ports import free_port
 from autotune.unit.unitfile import patch_unit, quote_word
 
 PY = quote_word(sys.executable)
@@ -44,12 +44,6 @@ def alive(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return stat[stat.rfind(")") + 2] not in "ZX"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import structlog
 
 from autotune.deploy.ssh_runner import SSHRunner
 from autotune.errors import DeployError
+from autotune.testservers.sshd import keygen
 from tests.deploy.conftest import SshRig
-from tests.sshd import keygen
 
 SECRET = "correct horse battery staple"
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.pgserver import PostgresServer, bin_dir
+from autotune.testservers.postgres import PostgresServer, bin_dir
 
 
 @pytest.fixture(scope="session")
@@ -37,7 +37,7 @@ def pg_url(postgres: PostgresServer) -> str:
 @pytest.fixture
 def pg_env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The environment a worker gets: the password in PGPASSWORD, never in a URL."""
-    from tests.pgserver import PASSWORD
+    from autotune.testservers.postgres import PASSWORD
 
     monkeypatch.setenv("PGPASSWORD", PASSWORD)
     return {**os.environ, "PGPASSWORD": PASSWORD}

@@ -2,7 +2,7 @@
 
 Every host is a stand-in systemd host running the real simulator; every
 worker is a real `autotune start` process; the database is a real PostgreSQL
-server started by the fixtures (tests/pgserver.py).
+server started by the fixtures (autotune/testservers/postgres.py).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import optuna
 import pytest
 
 from autotune.store.artifacts import DatabaseArtifactStore
+from autotune.testservers.postgres import PASSWORD, PostgresServer
 from tests.daemon import Daemon
 from tests.e2e import autotune, free_port, status, stop_process, wait_http
-from tests.pgserver import PASSWORD, PostgresServer
 from tests.postgres.hosts import SimHost, workers_config
 
 pytestmark = pytest.mark.slow

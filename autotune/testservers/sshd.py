@@ -16,11 +16,12 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 from types import TracebackType
+
+from autotune.testservers.ports import free_port
 
 SSHD = "/usr/sbin/sshd"
 _READY_TIMEOUT_S = 10.0
@@ -35,12 +36,6 @@ def sshd_missing_reason() -> str | None:
     if shutil.which("ssh-keygen") is None:
         return "ssh-keygen missing: apt-get install -y openssh-client"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def keygen(path: Path, passphrase: str = "") -> Path:

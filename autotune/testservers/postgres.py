@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.e2e import free_port
+from autotune.testservers.ports import free_port
 
 USER = "autotune"
 PASSWORD = "s3cret-pg-pass"  # a value the tests look for in logs, reports and the study
