@@ -8,7 +8,7 @@ so a session fixture's start shows on the first test that asked for it (that is 
 suite pays). A folder's figure is the sum of its tests' seconds, the time it holds a worker;
 the suite's wall time is printed from pytest's own last line. `--top N` sets how many of the
 slowest tests are listed (40 by default). `--weights tests/durations.json` also writes the
-seconds per file that tests/scheduling.py hands out longest first.
+seconds per file that tests/helpers/scheduling.py hands out longest first.
 """
 
 from __future__ import annotations

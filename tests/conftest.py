@@ -1,5 +1,6 @@
 """Every test reads autotune's output as a person on a terminal would, unless it asks for JSON;
-the workers take the suite longest first, the real engines together (tests/scheduling.py)."""
+the workers take the suite longest first, the real engines together
+(tests/helpers/scheduling.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests import scheduling
+from tests.helpers import scheduling
 
 
 @pytest.fixture(autouse=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e import REPO
+from tests.helpers.e2e import REPO
 
 SCRIPT = REPO / "bench" / "test_durations.py"
 REPORT = REPO / "bench" / "results" / "raw" / "suite-before.txt"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from tests.scheduling import REAL_ENGINES, longest_first, unit_of
+from tests.helpers.scheduling import REAL_ENGINES, longest_first, unit_of
 
 
 def _items(*nodeids: str) -> list[Any]:

@@ -46,7 +46,7 @@ from autotune.errors import AutotuneError
 from autotune.search import objective
 from autotune.search import study as st
 from autotune.store.storage import open_storage as open_storage_for_writing
-from tests.e2e import REPO, free_port, status, stop_process, study_dir, wait_http
+from tests.helpers.e2e import REPO, free_port, status, stop_process, study_dir, wait_http
 
 pytestmark = pytest.mark.slow
 

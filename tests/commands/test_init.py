@@ -15,7 +15,7 @@ import yaml
 
 from autotune.config import load_config
 from autotune.engines.sglang import SGLangEngine
-from tests.e2e import autotune, free_port, sim_unit
+from tests.helpers.e2e import autotune, free_port, sim_unit
 
 CHAIN = (
     "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 "

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e import autotune, free_port, study_dir
+from tests.helpers.e2e import autotune, free_port, study_dir
 
 
 def _errors(proc: subprocess.CompletedProcess[str]) -> list[str]:

@@ -15,7 +15,7 @@ import pytest
 
 from autotune.deploy.ssh_runner import SSHSettings
 from autotune.testservers.sshd import SshServer, keygen, sshd_missing_reason
-from tests.fake_systemd_host import FakeSystemdHost
+from tests.helpers.fake_systemd_host import FakeSystemdHost
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import pytest
 from autotune.deploy.local_process import LocalProcessDeployer
 from autotune.deploy.ssh import ssh_deployer
 from tests.deploy.conftest import SshRig
-from tests.fake_systemd_host import FakeSystemdHost, unit_text
+from tests.helpers.fake_systemd_host import FakeSystemdHost, unit_text
 
 UNIT = "sglang-test.service"
 ORIGINAL_JSON = b'{"1": {"candidate_steps": [1, 3, 7]}}\r\n\xc3\xa9'  # CRLF, non-ASCII

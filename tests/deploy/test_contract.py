@@ -24,7 +24,7 @@ from autotune.deploy.local_process import LocalProcessDeployer
 from autotune.deploy.local_systemd import local_systemd_deployer
 from autotune.deploy.ssh import ssh_deployer
 from tests.deploy.conftest import SshRig
-from tests.fake_systemd_host import FakeSystemdHost, unit_text
+from tests.helpers.fake_systemd_host import FakeSystemdHost, unit_text
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.fake_systemd_host import FakeSystemdHost, unit_text
+from tests.helpers.fake_systemd_host import FakeSystemdHost, unit_text
 
 
 def _wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]

@@ -9,7 +9,7 @@ import pytest
 from autotune.deploy.gpu_wait import DEFAULT_COMMAND, GpuWaitSettings, wait_for_free_gpus
 from autotune.deploy.runner import LocalRunner, Result
 from autotune.errors import DeployError
-from tests.fake_systemd_host import FakeSystemdHost
+from tests.helpers.fake_systemd_host import FakeSystemdHost
 
 
 class _Answers:

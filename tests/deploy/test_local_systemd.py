@@ -9,7 +9,7 @@ import pytest
 from autotune.deploy.base import Deployer
 from autotune.deploy.local_systemd import local_systemd_deployer
 from autotune.errors import DeployError
-from tests.fake_systemd_host import FakeSystemdHost, unit_text
+from tests.helpers.fake_systemd_host import FakeSystemdHost, unit_text
 
 UNIT = "sglang-local.service"
 ORIGINAL = unit_text("original")

@@ -12,7 +12,7 @@ from autotune.deploy.ssh import ssh_deployer
 from autotune.deploy.ssh_runner import SSHRunner
 from autotune.errors import DeployError
 from tests.deploy.conftest import SshRig
-from tests.fake_systemd_host import FakeSystemdHost, unit_text
+from tests.helpers.fake_systemd_host import FakeSystemdHost, unit_text
 
 UNIT = "sglang-test.service"
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from autotune.unit import unitfile
-from tests.daemon import Daemon
 from tests.deploy.conftest import SshRig
-from tests.e2e import autotune, free_port, sim_unit, status
-from tests.fake_systemd_host import FakeSystemdHost
+from tests.helpers.daemon import Daemon
+from tests.helpers.e2e import autotune, free_port, sim_unit, status
+from tests.helpers.fake_systemd_host import FakeSystemdHost
 
 pytestmark = pytest.mark.slow
 
@@ -155,7 +155,7 @@ def test_a_stale_server_on_the_port_is_not_measured(
     import subprocess
     import sys
 
-    from tests.e2e import stop_process, wait_http
+    from tests.helpers.e2e import stop_process, wait_http
 
     port = free_port()
     # The unit's server loads for 5 s before it binds (and fails to: the port is taken),

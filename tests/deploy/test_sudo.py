@@ -10,7 +10,7 @@ from autotune.deploy.hostfiles import SH
 from autotune.deploy.ssh import ssh_deployer
 from autotune.errors import DeployError
 from tests.deploy.conftest import SshRig
-from tests.fake_systemd_host import FakeSystemdHost, unit_text
+from tests.helpers.fake_systemd_host import FakeSystemdHost, unit_text
 
 UNIT = "sglang-test.service"
 ORIGINAL = unit_text("original")

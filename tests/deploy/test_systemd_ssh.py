@@ -17,7 +17,7 @@ from autotune.deploy.ssh import ssh_deployer
 from autotune.deploy.systemd import SystemdDeployer
 from autotune.errors import DeployError
 from tests.deploy.conftest import SshRig
-from tests.fake_systemd_host import FakeSystemdHost, server_exec_start, unit_text
+from tests.helpers.fake_systemd_host import FakeSystemdHost, server_exec_start, unit_text
 
 UNIT = "sglang-test.service"
 # No trailing newline, non-ASCII, CRLF and a tab: restore must give these bytes back.

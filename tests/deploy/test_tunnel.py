@@ -16,11 +16,11 @@ import yaml
 
 from autotune.deploy.ssh_runner import SSHRunner
 from autotune.deploy.tunnel import Tunnel
-from tests.daemon import Daemon
 from tests.deploy.conftest import SshRig
 from tests.deploy.test_study_ssh import UNIT, _config
-from tests.e2e import autotune, free_port, sim_unit, status
-from tests.fake_systemd_host import FakeSystemdHost
+from tests.helpers.daemon import Daemon
+from tests.helpers.e2e import autotune, free_port, sim_unit, status
+from tests.helpers.fake_systemd_host import FakeSystemdHost
 
 pytestmark = pytest.mark.slow
 

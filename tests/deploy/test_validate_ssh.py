@@ -12,8 +12,8 @@ import yaml
 
 from tests.deploy.conftest import SshRig
 from tests.deploy.test_study_ssh import UNIT, _config
-from tests.e2e import autotune, free_port, sim_unit
-from tests.fake_systemd_host import FakeSystemdHost
+from tests.helpers.e2e import autotune, free_port, sim_unit
+from tests.helpers.fake_systemd_host import FakeSystemdHost
 
 pytestmark = pytest.mark.slow
 

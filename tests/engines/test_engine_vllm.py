@@ -16,7 +16,7 @@ import pytest
 
 from autotune.engines import Counters, engine_for, get_engine
 from autotune.engines.vllm import VLLMEngine, launch_flags, metric_samples, non_default_args
-from tests.routes import serve_routes
+from tests.helpers.routes import serve_routes
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm"
 

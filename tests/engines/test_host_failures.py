@@ -16,7 +16,7 @@ import yaml
 
 from autotune.engines import get_engine
 from autotune.engines.host import host_failure
-from tests.e2e import REPO, autotune, status, stop_process, study_dir, wait_http
+from tests.helpers.e2e import REPO, autotune, status, stop_process, study_dir, wait_http
 
 
 def _quick(config: Path, n_trials: int = 1) -> None:

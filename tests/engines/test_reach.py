@@ -13,7 +13,7 @@ import yaml
 from autotune.engines.sglang import SGLangEngine
 from autotune.unit import reach
 from autotune.unit.unitfile import parse_exec_start
-from tests.e2e import autotune, status, study_dir
+from tests.helpers.e2e import autotune, status, study_dir
 
 TUNED = ["--speculative-num-steps", "--speculative-eagle-topk", "--speculative-algorithm"]
 

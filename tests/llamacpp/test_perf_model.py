@@ -22,10 +22,10 @@ import yaml
 
 from autotune.search import perf
 from autotune.search.perf.acceptance import length_sampling_sd
-from tests.e2e import autotune, free_port
+from tests.helpers.e2e import autotune, free_port
+from tests.helpers.real_engine import TIMEOUT
 from tests.llamacpp.conftest import unit_text
 from tests.llamacpp.test_real_server import _config
-from tests.real_engine import TIMEOUT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT)]
 

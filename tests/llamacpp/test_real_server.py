@@ -21,9 +21,9 @@ from autotune.deploy.local_process import PIDFILE, LocalProcessDeployer
 from autotune.engines.llamacpp import LlamaCppEngine
 from autotune.errors import StudyStopped
 from autotune.run.trial import TrialPipeline, TrialResult
-from tests.e2e import autotune, free_port, status
+from tests.helpers.e2e import autotune, free_port, status
+from tests.helpers.real_engine import TIMEOUT
 from tests.llamacpp.conftest import unit_text
-from tests.real_engine import TIMEOUT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT)]
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from bench import llamacpp_sweep
-from tests.e2e import free_port
+from tests.helpers.e2e import free_port
+from tests.helpers.real_engine import TIMEOUT
 from tests.llamacpp.conftest import unit_text
 from tests.llamacpp.test_real_server import _config
-from tests.real_engine import TIMEOUT
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT)]
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import yaml
 
-from tests.e2e import free_port, sim_unit
-from tests.fake_systemd_host import FakeSystemdHost
+from tests.helpers.e2e import free_port, sim_unit
+from tests.helpers.fake_systemd_host import FakeSystemdHost
 
 UNIT = "sglang-sim.service"
 BASE_FLAGS = "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4"

@@ -23,8 +23,8 @@ import pytest
 
 from autotune.store.artifacts import DatabaseArtifactStore
 from autotune.testservers.postgres import PASSWORD, PostgresServer
-from tests.daemon import Daemon
-from tests.e2e import autotune, free_port, status, stop_process, wait_http
+from tests.helpers.daemon import Daemon
+from tests.helpers.e2e import autotune, free_port, status, stop_process, wait_http
 from tests.postgres.hosts import SimHost, workers_config
 
 pytestmark = pytest.mark.slow
@@ -335,7 +335,7 @@ def test_three_configs_in_one_folder_drive_three_local_servers(
     refused, naming that server."""
     import yaml
 
-    from tests.e2e import sim_unit
+    from tests.helpers.e2e import sim_unit
 
     n_trials = 6
     configs = []

@@ -21,7 +21,7 @@ from autotune.report import build_report
 from autotune.report.html import SECTIONS
 from autotune.search import objective
 from autotune.search import study as st
-from tests.e2e import autotune, study_dir
+from tests.helpers.e2e import autotune, study_dir
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e import autotune, status, study_dir
+from tests.helpers.e2e import autotune, status, study_dir
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ import pytest
 from autotune.config import load_config
 from autotune.run import eta, finalists
 from autotune.search import estimate
-from tests.real_engine import require
+from tests.helpers.real_engine import require
 
 REPO = Path(__file__).resolve().parents[2]
 RAW = REPO / "bench" / "results" / "raw" / "estimate_truth.jsonl"
@@ -304,7 +304,7 @@ def test_the_share_of_the_first_trials_cut_follows_the_model_of_the_landscape() 
     with the model off there is nothing to say."""
     from autotune.run import eta
     from bench.efficiency.cells import Cell
-    from tests.modelled import run_study
+    from tests.helpers.modelled import run_study
 
     cell = Cell("sglang-eagle", "qwen3.5-122b-a10b-mtp", "natural", "geomean")
     study, server = run_study(cell, 1, seed=3)

@@ -24,7 +24,7 @@ from autotune.unit import unitfile
 from bench.efficiency.cells import Landscape
 from bench.efficiency.run import in_memory_study, run_to
 from bench.efficiency.simulated import SimulatedServer
-from tests.e2e import REPO
+from tests.helpers.e2e import REPO
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import yaml
 
 from autotune.sim import model
 from autotune.sim.profiles import get_profile
-from tests.e2e import autotune, status, study_dir
+from tests.helpers.e2e import autotune, status, study_dir
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e import autotune, study_dir
+from tests.helpers.e2e import autotune, study_dir
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +69,7 @@ def test_start_apply_and_restore_each_leave_a_local_server_that_answers(tmp_path
         what, url, pid = _serving(restored.stdout)
         pids.append(pid)
         assert what == "the original sim.service"
-        # The unit as it was: steps 3 (tests/e2e.py's study_dir), answering after exit.
+        # The unit as it was: steps 3 (tests/helpers/e2e.py's study_dir), answering after exit.
         assert _steps(url) == 3
     finally:
         for pid in pids:

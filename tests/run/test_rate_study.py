@@ -8,7 +8,7 @@ import optuna
 import pytest
 import yaml
 
-from tests.e2e import autotune, study_dir
+from tests.helpers.e2e import autotune, study_dir
 
 pytestmark = pytest.mark.slow  # end-to-end studies: not in make test-fast
 

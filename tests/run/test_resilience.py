@@ -16,9 +16,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.daemon import Daemon
-from tests.e2e import autotune, free_port, sim_unit, status, study_dir
-from tests.fake_systemd_host import FakeSystemdHost
+from tests.helpers.daemon import Daemon
+from tests.helpers.e2e import autotune, free_port, sim_unit, status, study_dir
+from tests.helpers.fake_systemd_host import FakeSystemdHost
 
 pytestmark = pytest.mark.slow
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from autotune.search import deployments
-from tests.daemon import Daemon
-from tests.e2e import autotune, status, study_dir
+from tests.helpers.daemon import Daemon
+from tests.helpers.e2e import autotune, status, study_dir
 
 pytestmark = pytest.mark.slow
 

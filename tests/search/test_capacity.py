@@ -10,7 +10,7 @@ from autotune.search import capacity
 from autotune.sim import model
 from autotune.sim.profiles import PROFILES, get_profile
 from autotune.space import load_space
-from tests.e2e import REPO
+from tests.helpers.e2e import REPO
 
 EAGLE = load_space(REPO / "search_spaces" / "sglang-eagle.yaml")
 

@@ -17,7 +17,7 @@ import yaml
 from autotune.bench.intervals import Samples, wilson
 from autotune.config import ObjectiveConfig, load_config
 from autotune.search import objective
-from tests.e2e import autotune, status, study_dir
+from tests.helpers.e2e import autotune, status, study_dir
 
 
 def test_wilsons_interval_is_the_textbook_one() -> None:

@@ -18,7 +18,7 @@ from autotune.search.gp.features import features
 from autotune.search.gp.model import GP
 from autotune.space import load_space, space_from_dict
 from bench.efficiency.cells import Cell, landscape
-from tests.modelled import run_study
+from tests.helpers.modelled import run_study
 
 REPO = Path(__file__).resolve().parents[2]
 EAGLE = load_space(REPO / "search_spaces" / "sglang-eagle.yaml")

@@ -29,7 +29,7 @@ from autotune.search.gp.sampler import Posterior
 from autotune.search.perf.acceptance import SD_MEASURED, SD_TREE_PER_DOUBLING, Acceptance, Seen
 from autotune.search.perf.model import Deployed, PerfModel, Target, held_out
 from autotune.space import space_from_dict
-from tests.e2e import REPO
+from tests.helpers.e2e import REPO
 
 
 def _space():  # type: ignore[no-untyped-def]

@@ -29,7 +29,7 @@ from autotune.search.perf.acceptance import (
 from autotune.search.perf.model import MISFIT, PerfModel, Target
 from autotune.search.perf.step_cost import StepCost, Timed
 from autotune.space import load_space, space_from_dict
-from tests.e2e import autotune, study_dir
+from tests.helpers.e2e import autotune, study_dir
 
 REPO = Path(__file__).resolve().parents[2]
 MTP = load_space(REPO / "search_spaces" / "sglang-mtp.yaml")

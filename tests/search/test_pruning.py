@@ -14,7 +14,7 @@ from autotune.search import gp, pruning
 from autotune.search import study as st
 from bench.efficiency.cells import Cell, landscape
 from bench.efficiency.run import in_memory_study
-from tests.modelled import run_study
+from tests.helpers.modelled import run_study
 
 LLAMA = "llama3.1-8b-eagle3-h100"
 

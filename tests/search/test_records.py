@@ -11,7 +11,7 @@ import optuna
 import pytest
 
 from autotune.search import records
-from tests.e2e import REPO, autotune, status, study_dir
+from tests.helpers.e2e import REPO, autotune, status, study_dir
 
 OLD_STUDY = REPO / "tests" / "data" / "studies" / "release-703644d.db"
 

@@ -15,8 +15,8 @@ import yaml
 from autotune.config import load_config
 from autotune.search import records, warm_start
 from autotune.search import study as st
-from tests.daemon import Daemon
-from tests.e2e import REPO, autotune, status, study_dir
+from tests.helpers.daemon import Daemon
+from tests.helpers.e2e import REPO, autotune, status, study_dir
 
 
 def test_first_the_winner_then_what_its_study_could_not_tell_from_it() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from autotune.config import load_config
 from autotune.sim import truth
-from tests.e2e import study_dir
+from tests.helpers.e2e import study_dir
 
 
 def test_the_simulators_truth_deploys_switches_and_files_as_a_trial_would(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from autotune.engines.sglang import SGLangEngine
 from autotune.errors import StudyStopped
 from autotune.run.trial import TrialPipeline
 from autotune.unit import secrets
-from tests.e2e import autotune, study_dir
+from tests.helpers.e2e import autotune, study_dir
 
 KEY = "sk-autotune-7f3a9c2e51"
 VARIABLE = "AUTOTUNE_TEST_API_KEY"

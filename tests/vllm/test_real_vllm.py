@@ -21,8 +21,8 @@ from autotune.config import config_from_dict
 from autotune.deploy.local_process import PIDFILE, LocalProcessDeployer
 from autotune.engines.vllm import VLLMEngine, metric_samples
 from autotune.run.trial import TrialPipeline, TrialResult
-from tests.e2e import autotune, free_port
-from tests.real_engine import TIMEOUT
+from tests.helpers.e2e import autotune, free_port
+from tests.helpers.real_engine import TIMEOUT
 from tests.vllm.conftest import Served, unit_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT)]

@@ -5,8 +5,8 @@
     with serve(argv, log_path) as url: ...  # ready on /health, stopped by PID
 
 Real-engine tests measure real servers on two cores, so they never run beside each other:
-tests/scheduling.py gives every file of both folders to one pytest-xdist worker, back to back,
-and each test also holds a machine-wide lock (`one_real_engine`) for a run that schedules
+tests/helpers/scheduling.py gives every file of both folders to one pytest-xdist worker, back
+to back, and each test also holds a machine-wide lock (`one_real_engine`) for a run that schedules
 them some other way. A server only read by its tests is a session fixture of its folder,
 started once on that one worker.
 """
@@ -24,12 +24,12 @@ from typing import TypeVar
 
 import pytest
 
-from tests.e2e import wait_http
+from tests.helpers.e2e import wait_http
 
 LOCK = Path(tempfile.gettempdir()) / f"autotune-tests-real-engine-{os.getuid()}.lock"
 #: Longest a real-engine test may take, its wait for another worker's test included.
 TIMEOUT = 1200
-#: The folders whose tests start real engines (tests/scheduling.py schedules them together).
+#: The folders whose tests start real engines (tests/helpers/scheduling.py schedules them together).
 FOLDERS = ("tests/llamacpp/", "tests/vllm/")
 
 T = TypeVar("T")

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.real_engine import FOLDERS
+from tests.helpers.real_engine import FOLDERS
 
-WEIGHTS = Path(__file__).with_name("durations.json")
+WEIGHTS = Path(__file__).parents[1] / "durations.json"
 REAL_ENGINES = "real engines"
 
 

@@ -18,7 +18,7 @@ import yaml
 from autotune.testservers.ports import free_port as free_port
 from autotune.testservers.sim_unit import sim_unit as sim_unit
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def study_dir(
