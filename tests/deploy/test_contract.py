@@ -31,6 +31,8 @@ pytestmark = pytest.mark.slow
 UNIT = "sglang-contract.service"
 ORIGINAL = unit_text("original")
 COMPANION = b'{"1": {"candidate_steps": [1, 3, 7]}}\r\n\xc3\xa9'  # CRLF, non-ASCII
+#: The companion files a space's `file:` knobs name, as autotune builds each deployer with.
+FILES = ("adaptive.json", "must-not-exist.json")
 
 
 @pytest.fixture(params=["local-process", "local-systemd", "ssh"])
@@ -38,7 +40,9 @@ def deployer(request: pytest.FixtureRequest, world_dir: Path) -> Iterator[Deploy
     if request.param == "local-process":
         path = world_dir / UNIT
         path.write_text(ORIGINAL)
-        dep = LocalProcessDeployer(path, log_dir=world_dir / "logs")
+        dep = LocalProcessDeployer(
+            path, log_dir=world_dir / "logs", companion_files=[str(world_dir / f) for f in FILES]
+        )
         try:
             yield dep
         finally:
@@ -51,12 +55,13 @@ def deployer(request: pytest.FixtureRequest, world_dir: Path) -> Iterator[Deploy
         return
     host: FakeSystemdHost = request.getfixturevalue("fake_host")
     host.install(UNIT, ORIGINAL)
+    settings = host.settings(UNIT, companion_files=tuple(str(world_dir / f) for f in FILES))
     if request.param == "local-systemd":
-        with local_systemd_deployer(host.settings(UNIT), sudo=False) as dep:
+        with local_systemd_deployer(settings, sudo=False) as dep:
             yield dep
     else:
         rig: SshRig = request.getfixturevalue("ssh_rig")
-        with ssh_deployer(rig.settings(), host.settings(UNIT)) as dep:
+        with ssh_deployer(rig.settings(), settings) as dep:
             yield dep
 
 
@@ -72,7 +77,7 @@ def _logs_with(dep: Deployer, text: str) -> str:
     return dep.logs()
 
 
-def test_it_is_a_deployer_and_preflight_changes_nothing(deployer: Deployer) -> None:
+def test_it_is_a_deployer_and_reads_the_unit_back_byte_for_byte(deployer: Deployer) -> None:
     assert isinstance(deployer, Deployer)
     deployer.preflight()
     assert deployer.original_unit() == ORIGINAL
@@ -108,8 +113,7 @@ def test_an_exit_is_seen_with_its_code_and_stop_stops(deployer: Deployer) -> Non
 def test_companion_files_are_written_and_restore_puts_everything_back(
     deployer: Deployer, world_dir: Path, before: str
 ) -> None:
-    companion = world_dir / "adaptive.json"
-    forbidden = world_dir / "must-not-exist.json"
+    companion, forbidden = (world_dir / f for f in FILES)
     if before == "existing":
         companion.write_bytes(COMPANION)
     deployer.original_unit()

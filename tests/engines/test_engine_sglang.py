@@ -24,6 +24,7 @@ import pytest
 from autotune.engines import Engine, Failure, ServerInfo, get_engine
 from autotune.engines.sglang import SGLangEngine, parse_capacity
 from autotune.errors import ConfigError, ServerFailed
+from autotune.testservers.ports import free_port
 
 LOGS = Path(__file__).parents[1] / "data" / "sglang"
 engine = SGLangEngine()
@@ -390,9 +391,7 @@ class Sim:
     """`python -m autotune.sim` on a free loopback port, its output in a file."""
 
     def __init__(self, log_path: Path, flags: list[str]) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         argv = [sys.executable, "-m", "autotune.sim", "--host", "127.0.0.1"]
