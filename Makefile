@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
-#: Workers, measured on two cores (2026-12-06, bench/results/suite-after.md). make test: 2 (25 min
+#: Workers, measured on two cores (2026-12-06, experiments/results/suite-after.md). make test: 2 (25 min
 #: 32 s; on 4, 21 min 20 s, but the real engines, one worker's unit, starved beside three others
 #: and the llama-server rate test failed). make test-fast, no real engine: 4 (151 s on 2, 99 s
 #: on 4, 104 s on 6, where a timing test failed).
@@ -32,31 +32,31 @@ dist: $(STAMP)
 	$(BIN)/python -m pip wheel --quiet --no-deps -w dist .
 
 lint: $(TEST_STAMP)
-	$(BIN)/ruff check autotune tests bench
+	$(BIN)/ruff check autotune tests experiments
 
 bench-sim: $(TEST_STAMP)
-	$(BIN)/python bench/sim_throughput.py
+	$(BIN)/python experiments/sim_throughput.py
 
 bench-client: $(TEST_STAMP)
-	$(BIN)/python bench/client_capacity.py
+	$(BIN)/python experiments/client_capacity.py
 
 bench-efficiency: $(TEST_STAMP)
-	$(BIN)/python bench/sample_efficiency.py
+	$(BIN)/python experiments/sample_efficiency.py
 
 # Seconds per benchmark level on the served simulator, against what bench-efficiency charges.
 bench-levels: $(TEST_STAMP)
-	$(BIN)/python bench/level_seconds.py
+	$(BIN)/python experiments/level_seconds.py
 
 # What a worker spends per trial on the study: SQLite against a PostgreSQL it starts; then
 # the real CLI's gap between trials and its lag in noticing a crashed server.
 bench-overhead: $(TEST_STAMP)
-	$(BIN)/python bench/study_overhead.py
-	$(BIN)/python bench/trial_overhead.py
+	$(BIN)/python experiments/study_overhead.py
+	$(BIN)/python experiments/trial_overhead.py
 
 # Static, SGLang's default adaptive or the exported per-load adaptive config: three
 # profiles on the served simulator through the real CLI (about 30 minutes).
 bench-adaptive: $(TEST_STAMP)
-	$(BIN)/python bench/adaptive_vs_static.py
+	$(BIN)/python experiments/adaptive_vs_static.py
 
 bench: bench-sim bench-client bench-efficiency bench-levels bench-overhead bench-adaptive
 
@@ -74,7 +74,7 @@ $(LLAMA_STAMP): $(TEST_STAMP)
 
 # Tune llama-server on both workloads (examples/llamacpp-local.yaml) and print the winners.
 llamacpp: $(LLAMA_STAMP)
-	$(BIN)/python bench/llamacpp_tune.py
+	$(BIN)/python experiments/llamacpp_tune.py
 
 # The real SGLang releases tests/conformance/ reads as text (never imported): the versions
 # in autotune/engines/sglang_facts.py CHECKED. pip caches the downloads.

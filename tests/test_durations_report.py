@@ -1,4 +1,5 @@
-"""bench/test_durations.py on a real pytest report: issue 46's before run, as pytest wrote it."""
+"""experiments/test_durations.py on a real pytest report: issue 46's before run, as pytest
+wrote it."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import pytest
 
 from tests.helpers.e2e import REPO
 
-SCRIPT = REPO / "bench" / "test_durations.py"
-REPORT = REPO / "bench" / "results" / "raw" / "suite-before.txt"
+SCRIPT = REPO / "experiments" / "test_durations.py"
+REPORT = REPO / "experiments" / "results" / "raw" / "suite-before.txt"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

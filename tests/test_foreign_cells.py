@@ -1,13 +1,14 @@
 """Foreign cells: landscapes others measured on real GPUs, replayed by the efficiency harness
-(bench/efficiency/foreign.py, one data file per source under bench/efficiency/foreign/)."""
+(experiments/efficiency/foreign.py, one data file per source under
+experiments/efficiency/foreign/)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.efficiency import foreign
-from bench.efficiency.cells import Cell, all_cells, baseline_flags, landscape
-from bench.efficiency.run import run_one
+from experiments.efficiency import foreign
+from experiments.efficiency.cells import Cell, all_cells, baseline_flags, landscape
+from experiments.efficiency.run import run_one
 
 
 def _cell(name: str, objective: str) -> Cell:

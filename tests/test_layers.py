@@ -216,5 +216,17 @@ def test_neither_the_package_nor_the_experiments_import_the_tests() -> None:
     """Issue 55: what the tests and the experiments both start (sshd, PostgreSQL, the
     simulator's unit, a free port) lives in `autotune/testservers/`; shipped code and
     experiments never reach into `tests/`."""
-    for folder in (ROOT, ROOT.parent / "bench"):
+    for folder in (ROOT, ROOT.parent / "experiments"):
         assert not _imports_of(folder).get("tests"), sorted(_imports_of(folder)["tests"])
+
+
+def test_one_folder_per_name() -> None:
+    """Issue 55: no two folders named alike at any depth of `autotune/` and the top level
+    (the experiments were `bench/` beside the load generator `autotune/bench/`). `tests/`
+    mirrors `autotune/` on purpose and is not counted."""
+    repo = ROOT.parent
+    names = [p.name for p in ROOT.rglob("*") if p.is_dir() and p.name != "__pycache__"]
+    names += [p.name for p in repo.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+              and p.name not in ("build", "dist") and not p.name.endswith(".egg-info")]  # fmt: skip
+    twice = sorted({n for n in names if names.count(n) > 1})
+    assert not twice, twice

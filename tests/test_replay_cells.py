@@ -1,5 +1,5 @@
-"""Replay cells: the real llama-server's space as bench/llamacpp_sweep.py recorded it, played
-back by the efficiency harness (bench/efficiency/replay.py)."""
+"""Replay cells: the real llama-server's space as experiments/llamacpp_sweep.py recorded it, played
+back by the efficiency harness (experiments/efficiency/replay.py)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ import pytest
 
 from autotune.search import perf
 from autotune.search import study as st
-from bench.efficiency import replay
-from bench.efficiency.cells import Cell, all_cells, baseline_flags, landscape
-from bench.efficiency.run import run_one
-from bench.efficiency.simulated import SimulatedServer
-from bench.sample_efficiency import runs_on
+from experiments.efficiency import replay
+from experiments.efficiency.cells import Cell, all_cells, baseline_flags, landscape
+from experiments.efficiency.run import run_one
+from experiments.efficiency.simulated import SimulatedServer
+from experiments.sample_efficiency import runs_on
 
 NATURAL = Cell(replay.SPACE, replay.PROFILE, "natural", "geomean")
 

@@ -1,6 +1,6 @@
 """The sample-efficiency benchmark, fast: its parts, and a loose regression bound on two cells.
 
-The full table is `make bench-efficiency` (bench/sample_efficiency.py, ~5 minutes).
+The full table is `make bench-efficiency` (experiments/sample_efficiency.py, ~5 minutes).
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ import statistics
 import pytest
 
 from autotune.search import objective
-from bench import sample_efficiency
-from bench.efficiency import metrics
-from bench.efficiency.candidates import CORE, GPU_TIME
-from bench.efficiency.cells import Cell, cell_config, landscape
-from bench.efficiency.grid import grid_on_space, sglang_grid
-from bench.efficiency.priors import informative_configs
-from bench.efficiency.run import run_one
-from bench.efficiency.simulated import SimulatedServer
+from experiments import sample_efficiency
+from experiments.efficiency import metrics
+from experiments.efficiency.candidates import CORE, GPU_TIME
+from experiments.efficiency.cells import Cell, cell_config, landscape
+from experiments.efficiency.grid import grid_on_space, sglang_grid
+from experiments.efficiency.priors import informative_configs
+from experiments.efficiency.run import run_one
+from experiments.efficiency.simulated import SimulatedServer
 
 QWEN, LLAMA = "qwen3.5-122b-a10b-mtp", "llama3.1-8b-eagle3-h100"
 EAGLE_C1 = Cell("sglang-eagle", LLAMA, "natural", "c1")
@@ -143,7 +143,8 @@ def test_the_script_writes_its_table_from_raw_files_it_can_resume(tmp_path):
     assert "| grid |" in text
     assert "## Several hosts on one study" in text
     assert "| mtp qwen greedy c1 | " in text.split("## Several hosts")[1]
-    assert "`bench/sample_efficiency.py --seeds 2 --cells mtp qwen greedy" in text.splitlines()[2]
+    command = "`experiments/sample_efficiency.py --seeds 2 --cells mtp qwen greedy"
+    assert command in text.splitlines()[2]
     # One file per cell, every study in it: the table rebuilds from them alone.
     files = sorted(p.name for p in raw_dir.iterdir())
     assert files == ["mtp-qwen-greedy-c1.jsonl", "mtp-qwen-greedy-geomean.jsonl"]
@@ -161,7 +162,7 @@ def test_the_script_writes_its_table_from_raw_files_it_can_resume(tmp_path):
 def test_hosts_proposing_together_never_pick_a_config_being_measured():
     """Four hosts per round on the full space: `run_rounds` raises if a proposal is a config
     another host is measuring; the rounds it needs are no more than one host's (side by side)."""
-    from bench.efficiency.parallel import run_rounds
+    from experiments.efficiency.parallel import run_rounds
 
     # Eight seeds, not four: one host's rounds spread from 3 to 11 on this cell, and a median
     # of four draws of that moves by a round from one seed to the next (about 4 s per side).

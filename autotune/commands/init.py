@@ -172,7 +172,7 @@ def _running_now(engine: Engine, url: str) -> int | None:
 
 
 #: The worst p90 of the default sampler's deployments to 98 % of the optimum over the
-#: simulator's cells (bench/results/sample_efficiency.md: 14), with room for a noisy host.
+#: simulator's cells (experiments/results/sample_efficiency.md: 14), with room for a noisy host.
 _TRIALS_FOR_A_LARGE_SPACE = 20
 _LEVELS = (1, 16, 64)
 
@@ -218,7 +218,7 @@ def _study_lines(where: Where, space: str, storage: str) -> list[str]:
     if size and size <= _TRIALS_FOR_A_LARGE_SPACE:
         trials_why = f"each of the space's {size} configs once"
     else:
-        # bench/results/sample_efficiency.md: 98 % of the optimum within 14 deployments, p90.
+        # experiments/results/sample_efficiency.md: 98 % of the optimum within 14 deployments, p90.
         trials_why = f"of {size or 'its'} configs; 14 found 98 % of the best at p90 simulated"
     finish = (
         "the winner keeps serving after the study (restore: the unit as it was)"

@@ -147,7 +147,7 @@ class Tunnel:
         turns Nagle's algorithm off on its side at the connection's first session
         (`ssh_packet_set_interactive`, 9.2); a connection that has only forwarded keeps it,
         and each first token then waits for a delayed ACK: +38 ms TTFT at c=1, measured
-        (bench/results/tunnel_overhead.md). One no-op command starts that session."""
+        (experiments/results/tunnel_overhead.md). One no-op command starts that session."""
         with self._lock:
             if self._primed is transport:
                 return transport

@@ -116,7 +116,7 @@ def parse_metrics(text: str) -> dict[str, float]:
 
 
 #: llama-server's start and its model's load rate on this 2-core machine (measured by
-#: bench/estimate_truth.py: gemma3-270m Q4_K_M, 253 MB, ready 1.4-1.8 s after the start).
+#: experiments/estimate_truth.py: gemma3-270m Q4_K_M, 253 MB, ready 1.4-1.8 s after the start).
 START_S = 1.0
 LOAD_BYTES_PER_S = 0.5e9
 

@@ -104,7 +104,7 @@ def configs_left(cfg: Config, study: optuna.Study) -> int | None:
 
 
 #: A deployment's warm-ups, drains and restart around its load and windows (measured by
-#: bench/estimate_truth.py: 2.5 s on the demo, 4.8 s on the real llama-server).
+#: experiments/estimate_truth.py: 2.5 s on the demo, 4.8 s on the real llama-server).
 OVERHEAD_S = 3.0
 
 

@@ -46,7 +46,8 @@ PRIOR_NOISE_SD = 0.025
 #: Noise levels the judging GP may choose from: repeats of one config pin it down.
 JUDGE_NOISE_SD = (0.02, 0.03, 0.05)
 #: Extra noise on a finalist's first value (winner's curse). Chosen with
-#: bench/sample_efficiency.py and `bench/demo_quality.py --replay`, see docs/sample-efficiency.md.
+#: experiments/sample_efficiency.py and `experiments/demo_quality.py --replay`, see
+#: docs/sample-efficiency.md.
 FIRST_EXTRA_SD = 0.02
 DRAWS = 4000
 
@@ -92,8 +93,8 @@ def runs_expected(cfg: Config) -> int:
     off): the first round measures every finalist; a later round comes only while the
     leader is unclear, and measures only the contenders left (at least two). On average
     that is one run more than the first round: 3.8 runs for 3 finalists over the 24 cells
-    of bench/results/sample_efficiency.md (default sampler, 30 deployments), 4.9 over the
-    demo's 13 recorded nights (bench/results/raw/estimate_truth.jsonl: 3, 5 or 9 runs)."""
+    of experiments/results/sample_efficiency.md (default sampler, 30 deployments), 4.9 over the
+    demo's 13 recorded nights (experiments/results/raw/estimate_truth.jsonl: 3, 5 or 9 runs)."""
     b = cfg.benchmark
     if b.finalists < 2 or b.finalist_rounds < 1:
         return 0

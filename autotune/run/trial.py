@@ -168,7 +168,7 @@ class TrialPipeline:
 
     def measure_again(self) -> dict[int, bench.LevelResult]:
         """Every level once more on the deployment serving now, without redeploying: a
-        sweep's level-to-level spread within one deployment (`bench/llamacpp_sweep.py`)."""
+        sweep's level-to-level spread within one deployment (`experiments/llamacpp_sweep.py`)."""
         if self.serving is None or self.deck is None:
             raise RuntimeError("nothing measured is serving: run a trial first")
         info = self._ready_info()

@@ -12,7 +12,7 @@ charged what the study measured it to cost on this hardware:
   two trials of a prior, split between one measured whole and one cut at the earliest (its
   load and overhead plus `cut_s`, the first level's shortest window). Which share of the
   configs to come end early depends on the landscape (nearly all of the demo's, none of
-  the real llama-server's recorded nights, bench/results/estimate_truth.md). Where the
+  the real llama-server's recorded nights, experiments/results/estimate_truth.md). Where the
   performance model predicts the landscape, `cut_share` is the share of the space it
   expects the pruner or the capacity gate to stop (`run/eta.cut_share`); where it cannot
   (no model, or a baseline that drafts nothing), even odds: the rule of succession, odds
@@ -23,7 +23,7 @@ charged what the study measured it to cost on this hardware:
   come: without speculation every step emits one token, its levels meet the confidence
   target in the shortest window, while a drafting config's accepted tokens vary from
   step to step and run its levels to `max_duration`, measured again when the target is
-  missed (the real llama-server, bench/results/estimate_truth.md: 7.5-s windows against
+  missed (the real llama-server, experiments/results/estimate_truth.md: 7.5-s windows against
   31 s per level). Until a drafting trial has finished, a trial is charged the
   baseline's load and overhead plus the benchmark's upper bound (`bench_bound_s`).
 

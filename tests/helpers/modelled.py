@@ -9,9 +9,9 @@ import random
 import optuna
 
 from autotune.search import study as st
-from bench.efficiency.cells import Cell, baseline_flags, landscape
-from bench.efficiency.run import in_memory_study, run_to
-from bench.efficiency.simulated import SimulatedServer
+from experiments.efficiency.cells import Cell, baseline_flags, landscape
+from experiments.efficiency.run import in_memory_study, run_to
+from experiments.efficiency.simulated import SimulatedServer
 
 
 def run_study(cell: Cell, deployments: int, seed: int) -> tuple[optuna.Study, SimulatedServer]:

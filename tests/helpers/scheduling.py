@@ -10,7 +10,7 @@ A worker takes a whole file (a module's fixtures start once), as `--dist loadfil
   ran beside the fleet tests' simulators and daemons, and llama-server, starved, failed its
   open-loop and n-gram tests (a clean clone's CI run, 2026-12-06);
 - the other units go out longest first, by tests/durations.json (seconds per file, written
-  by `bench/test_durations.py --weights` from a measured run), so the run does not end on
+  by `experiments/test_durations.py --weights` from a measured run), so the run does not end on
   one worker finishing a long file alone. A file it does not list counts a second per test.
 """
 

@@ -1,4 +1,4 @@
-"""The recorder of the real llama-server's whole space (bench/llamacpp_sweep.py), on three
+"""The recorder of the real llama-server's whole space (experiments/llamacpp_sweep.py), on three
 configs: two passes per deployment, a second deployment for every third config, one line
 per config appended as it finishes, and a run started again going on where it stopped."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bench import llamacpp_sweep
+from experiments import llamacpp_sweep
 from tests.helpers.e2e import free_port
 from tests.helpers.real_engine import TIMEOUT
 from tests.llamacpp.conftest import unit_text

@@ -1,7 +1,7 @@
 """The time estimate, graded on two recorded nights: the real llama-server and the demo.
 
-`bench/estimate_truth.py` ran both studies from scratch and kept what each trial cost and
-when the study really ended (bench/results/raw/estimate_truth.jsonl). Here the trials of
+`experiments/estimate_truth.py` ran both studies from scratch and kept what each trial cost and
+when the study really ended (experiments/results/raw/estimate_truth.jsonl). Here the trials of
 each night are put back, as they finished, into a study in memory, and the estimate the
 first trial allows is held against the time the night then really took.
 """
@@ -23,7 +23,7 @@ from autotune.search import estimate
 from tests.helpers.real_engine import require
 
 REPO = Path(__file__).resolve().parents[2]
-RAW = REPO / "bench" / "results" / "raw" / "estimate_truth.jsonl"
+RAW = REPO / "experiments" / "results" / "raw" / "estimate_truth.jsonl"
 T0 = datetime(2026, 12, 6, 21, 37)
 MODEL = Path.home() / ".cache" / "autotune" / "models" / "gemma3-270m-q4_k_m.gguf"
 
@@ -98,7 +98,7 @@ def _trial(t: dict[str, Any], start: datetime) -> optuna.trial.FrozenTrial:
 
 def _cut_share(name: str, night: dict[str, Any]) -> float | None:
     """What the performance model expected the pruner and the capacity gate to stop, after the
-    night's first trial (`run/eta.cut_share`, kept by bench/estimate_truth.py since it was
+    night's first trial (`run/eta.cut_share`, kept by experiments/estimate_truth.py since it was
     written). The nights before carry none: the demo's are the same command with the same
     seed and the same first trial (the unit's EAGLE 3, 1, 4), so they take the latest demo
     night's; the llama-server's space has no draft shape to model (even odds)."""
@@ -303,7 +303,7 @@ def test_the_share_of_the_first_trials_cut_follows_the_model_of_the_landscape() 
     found (after the pruner's warm-up, 7 of 8 trials ended early on the median night);
     with the model off there is nothing to say."""
     from autotune.run import eta
-    from bench.efficiency.cells import Cell
+    from experiments.efficiency.cells import Cell
     from tests.helpers.modelled import run_study
 
     cell = Cell("sglang-eagle", "qwen3.5-122b-a10b-mtp", "natural", "geomean")

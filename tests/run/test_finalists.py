@@ -21,9 +21,9 @@ from autotune.search import objective
 from autotune.search import study as st
 from autotune.sim import truth
 from autotune.unit import unitfile
-from bench.efficiency.cells import Landscape
-from bench.efficiency.run import in_memory_study, run_to
-from bench.efficiency.simulated import SimulatedServer
+from experiments.efficiency.cells import Landscape
+from experiments.efficiency.run import in_memory_study, run_to
+from experiments.efficiency.simulated import SimulatedServer
 from tests.helpers.e2e import REPO
 
 

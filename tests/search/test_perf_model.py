@@ -2,7 +2,7 @@
 
 Unit tests of single functions on numbers built here; the evidence that the model
 holds on real engines is tests/llamacpp/test_perf_model.py (a real llama-server) and
-bench/results/sample_efficiency.md (the simulator's landscapes).
+experiments/results/sample_efficiency.md (the simulator's landscapes).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ at 16 and 64 concurrent requests. The prediction is for the prompts the client
 really sends. One start per cell is one noisy sample (about 1 %), so each level
 may miss by 3 %, and the mean error over all of them must be within 1.5 %: the
 model before it knew the prompts' length and the closed loop's idle slot was
-3.8 % off at 16 natural requests. `bench/sim_agreement.py` gives the 5-start
+3.8 % off at 16 natural requests. `experiments/sim_agreement.py` gives the 5-start
 figures.
 """
 
@@ -18,7 +18,7 @@ import statistics
 import pytest
 
 from autotune.sim.profiles import PROFILES, get_profile
-from bench.sim_agreement import predicted, serve_and_measure
+from experiments.sim_agreement import predicted, serve_and_measure
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,7 @@ def features(space: SearchSpace, config: Mapping[str, Any]) -> list[float]:
       A range that depends on other knobs is placed on that same common scale,
       not inside its own bounds: 8 draft tokens cost the same verify work
       whatever the tree that proposes them (measured: this halves the
-      deployments to the optimum in several cells of bench/sample_efficiency.py).
+      deployments to the optimum in several cells of experiments/sample_efficiency.py).
     """
     spans = _spans(space)
     out = []

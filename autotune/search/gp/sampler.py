@@ -3,7 +3,7 @@
 A speculative-decoding space is small and discrete (427 configs for SGLang's
 three knobs) and every trial costs minutes of GPU time, so the sampler can
 afford to score every config not measured yet and deploy the best by expected
-improvement. On the simulator's landscapes (bench/sample_efficiency.py, 20
+improvement. On the simulator's landscapes (experiments/sample_efficiency.py, 20
 seeds per cell) the declared best reaches 98 % of the optimum in 5-13
 deployments (median) where multivariate TPE needs 8-16: TPE's densities say
 little before a few dozen trials. Optuna's GPSampler needs PyTorch and minutes

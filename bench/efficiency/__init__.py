@@ -1,4 +1,0 @@
-"""Sample efficiency of autotune's own study code on the simulator's model.
-
-The entry point is bench/sample_efficiency.py; docs/sample-efficiency.md explains the results.
-"""
