@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import uuid
@@ -13,9 +16,21 @@ from typing import Any
 
 import pytest
 
+from autotune.deploy.local_process import LocalProcessDeployer
 from autotune.deploy.ssh_runner import SSHSettings
 from autotune.testservers.sshd import SshServer, keygen, sshd_missing_reason
 from tests.helpers.fake_systemd_host import FakeSystemdHost
+
+
+def let_go(dep: LocalProcessDeployer) -> None:
+    """Stop what a local-process deployer started, whatever state a test left it in. Each
+    deploy stops the previous process group, so only the last one can be left."""
+    dep.keep_running = False
+    with contextlib.suppress(Exception):
+        dep.close()
+    if dep.pid is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(dep.pid, signal.SIGKILL)
 
 
 @pytest.fixture

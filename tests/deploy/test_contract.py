@@ -10,9 +10,6 @@ code; `stop` stops; `restore` puts the unit and the files back and runs the orig
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +20,7 @@ from autotune.deploy.base import Deployer
 from autotune.deploy.local_process import LocalProcessDeployer
 from autotune.deploy.local_systemd import local_systemd_deployer
 from autotune.deploy.ssh import ssh_deployer
-from tests.deploy.conftest import SshRig
+from tests.deploy.conftest import SshRig, let_go
 from tests.helpers.fake_systemd_host import FakeSystemdHost, unit_text
 
 pytestmark = pytest.mark.slow
@@ -46,12 +43,7 @@ def deployer(request: pytest.FixtureRequest, world_dir: Path) -> Iterator[Deploy
         try:
             yield dep
         finally:
-            dep.keep_running = False
-            with contextlib.suppress(Exception):
-                dep.close()
-            if dep.pid is not None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(dep.pid, signal.SIGKILL)
+            let_go(dep)
         return
     host: FakeSystemdHost = request.getfixturevalue("fake_host")
     host.install(UNIT, ORIGINAL)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
 import signal
@@ -19,6 +18,7 @@ from autotune.deploy.local_process import LocalProcessDeployer, program_words
 from autotune.errors import ConfigError
 from autotune.testservers.ports import free_port
 from autotune.unit.unitfile import patch_unit, quote_word
+from tests.deploy.conftest import let_go
 
 PY = quote_word(sys.executable)
 
@@ -61,13 +61,7 @@ def make(tmp_path: Path) -> Iterator[Callable[..., LocalProcessDeployer]]:
 
     yield factory
     for d in made:
-        d.keep_running = False
-        with contextlib.suppress(Exception):
-            d.close()
-        # Each deploy stops the previous group, so only the last one can be left.
-        if d.pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(d.pid, signal.SIGKILL)
+        let_go(d)
 
 
 def test_is_a_deployer(make: Callable[..., LocalProcessDeployer]) -> None:
