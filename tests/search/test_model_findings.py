@@ -26,7 +26,13 @@ import yaml
 from autotune.search import capacity, objective
 from autotune.search import study as st
 from autotune.search.gp.sampler import Posterior
-from autotune.search.perf.acceptance import SD_MEASURED, SD_TREE_PER_DOUBLING, Acceptance, Seen
+from autotune.search.perf.acceptance import (
+    SD_MEASURED,
+    SD_PER_EXTRAPOLATED,
+    SD_TREE_PER_DOUBLING,
+    Acceptance,
+    Seen,
+)
 from autotune.search.perf.model import Deployed, PerfModel, Target, held_out
 from autotune.space import space_from_dict
 from tests.helpers.e2e import REPO
@@ -95,6 +101,21 @@ def test_the_deployed_chain_is_known_best_and_a_depth_none_ran_is_not() -> None:
     assert deployed == SD_MEASURED
     assert shallower > 5 * deployed and deeper > 5 * deployed
     assert model.relative_sd(2, 1, 3) < shallower  # one position away, not two
+
+
+def test_a_depth_a_tree_reached_is_not_extrapolated_from_the_chains_alone() -> None:
+    """The distance to the nearest deployed depth counted chains only: after a (3, 1, 4)
+    baseline and a (6, 4, 18) tree, an 8-step chain was five positions out (sd 21 %), and
+    the study kept deploying deep chains to learn what the tree had measured (efficiency
+    table, eagle qwen greedy c1: median 13 deployments to 98 %, 9 with trees counted)."""
+    model = Acceptance.fit([Seen(3, 1, 4, 3.9), Seen(6, 4, 18, 5.6)])
+    assert model is not None and model.chain_depths == (3,)
+    chain = model.relative_sd(8, 1, 9)
+    assert chain == pytest.approx(SD_MEASURED + 2 * SD_PER_EXTRAPOLATED)
+    # A depth the tree reached is one position from what was measured, not three.
+    assert model.relative_sd(6, 1, 7) == pytest.approx(SD_MEASURED + SD_PER_EXTRAPOLATED)
+    only_chain = Acceptance.fit([Seen(3, 1, 4, 3.9)])
+    assert only_chain is not None and only_chain.relative_sd(8, 1, 9) > chain
 
 
 def test_a_tree_wider_than_any_deployed_is_not_known_as_well_as_the_deployed_width() -> None:

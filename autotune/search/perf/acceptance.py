@@ -143,14 +143,18 @@ class Acceptance:
         """How well the prediction is known, relative to it: measured positions to their
         counts; past them, or away from the depths deployed when the server gave only a
         mean (a deployed chain's mean is measured; a depth none ran is extrapolated, one
-        position per step of distance from the nearest that did)."""
+        position per step of distance from the nearest that did). A tree's mean pins the
+        positions it reached as a chain's does (both are sums of the same alphas, the
+        tree's through omega): after a (6, 4, 18) tree an 8-step chain is two positions
+        out, not five from the baseline's depth 3."""
         depth = max(0, min(steps, draft - 1))
         if self.measured_reach:
             extrapolated = max(0, depth - len(self.measured_reach))
         elif (steps, topk, draft) in self.shapes or depth in self.chain_depths:
             extrapolated = 0
-        elif self.chain_depths:
-            extrapolated = max(1, min(abs(depth - d) for d in self.chain_depths))
+        elif self.shapes:
+            depths = {min(s, d - 1) for s, _, d in self.shapes}
+            extrapolated = max(1, min(abs(depth - d) for d in depths))
         else:
             extrapolated = depth
         sd = math.hypot(SD_MEASURED, self._sampling_sd(depth)) + SD_PER_EXTRAPOLATED * extrapolated
