@@ -31,3 +31,8 @@ def search_space(name: str) -> Path | None:
         if found is not None and Path(candidate).name == candidate:
             return found
     return None
+
+
+def example(name: str) -> Path | None:
+    """A shipped example (a config or a unit file) by file name."""
+    return _find("examples", Path(name).name)

@@ -12,7 +12,7 @@ reports the best trial's true value as a share of the true optimum.
 the real simulated server (`make run` without the make: about 2.5 minutes each),
 and counts how often the declared best is the true optimum. `--replay N` plays
 the same study N times in process against the simulator's model and noise
-(`experiments/efficiency/simulated.py`), seconds in all: for choosing settings, not
+(`autotune/testservers/simulated.py`), seconds in all: for choosing settings, not
 as the evidence.
 """
 
@@ -141,9 +141,9 @@ def _fresh_run(i: int, config: str, port: int) -> dict[str, Any]:
 def replay(cfg: Config, n: int) -> int:
     """The demo's study (its sampler, budget, finalists) against the model plus noise."""
     from autotune.run import finalists
-    from experiments.efficiency.cells import Landscape
-    from experiments.efficiency.run import in_memory_study, run_to
-    from experiments.efficiency.simulated import SimulatedServer
+    from autotune.testservers.in_memory import in_memory_study, run_to
+    from autotune.testservers.landscape import Landscape
+    from autotune.testservers.simulated import SimulatedServer
 
     log.setup("ERROR")
     unit = cfg.target.unit_file.read_text()

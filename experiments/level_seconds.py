@@ -4,7 +4,7 @@
 
 The sample-efficiency benchmark charges every simulated deployment the
 seconds autotune's benchmark client would spend on each level
-(`experiments/efficiency/cost.py`). This script checks that charge: it serves the
+(`autotune/testservers/cost.py`). This script checks that charge: it serves the
 simulator (`--sim-noise 0.02`, the default), runs autotune's own
 `bench.run_level` with the default benchmark settings (window 5-30 s, CI
 target ±2 %, warm-up one short request per client) at 1, 16 and 64 clients,
@@ -37,7 +37,7 @@ from autotune.config import BenchmarkConfig  # noqa: E402
 from autotune.sim import model  # noqa: E402
 from autotune.sim.predict import benchmark_input_len  # noqa: E402
 from autotune.sim.profiles import PROFILES, get_profile  # noqa: E402
-from experiments.efficiency import cost  # noqa: E402
+from autotune.testservers import cost  # noqa: E402
 from experiments.sim_agreement import launch_flags, served  # noqa: E402
 
 LEVELS = (1, 16, 64)
@@ -144,7 +144,7 @@ def write(rows: list[dict[str, Any]]) -> None:
         "default "
         "benchmark settings (window 5-30 s, CI target ±2 %) against the simulator "
         "(`--sim-noise 0.02`); wall = warm-up + ramp-up + window + drain. charged: what "
-        "`experiments/efficiency/cost.py` charges a simulated deployment for that level's "
+        "`autotune/testservers/cost.py` charges a simulated deployment for that level's "
         "first run "
         "(a level that misses its CI target is charged a second run on top, as the trial "
         "pipeline measures it again; this script does not).",

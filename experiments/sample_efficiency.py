@@ -26,12 +26,12 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from autotune.testservers.simulated import SIM_NOISE  # noqa: E402
 from experiments.efficiency import metrics, parallel, raw, replay, report  # noqa: E402
 from experiments.efficiency.candidates import CANDIDATES, CORE, GPU_TIME  # noqa: E402
 from experiments.efficiency.cells import Cell, all_cells  # noqa: E402
 from experiments.efficiency.parallel import RoundsTrace, run_rounds  # noqa: E402
 from experiments.efficiency.run import Trace, run_one  # noqa: E402
-from experiments.efficiency.simulated import SIM_NOISE  # noqa: E402
 
 Job = tuple[Cell, str, int, int, float]
 

@@ -34,8 +34,8 @@ from autotune.run.worker import Worker  # noqa: E402
 from autotune.search import study as st  # noqa: E402
 from autotune.store.artifacts import artifact_store  # noqa: E402
 from autotune.testservers.postgres import PASSWORD, PostgresServer  # noqa: E402
+from autotune.testservers.simulated import SimulatedServer  # noqa: E402
 from experiments.efficiency.cells import Cell, baseline_flags, landscape  # noqa: E402
-from experiments.efficiency.simulated import SimulatedServer  # noqa: E402
 
 CELL = Cell("sglang-eagle", "qwen3.5-122b-a10b-mtp", "natural", "geomean")
 

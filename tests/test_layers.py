@@ -214,10 +214,18 @@ def _imports_of(folder: Path) -> dict[str, set[str]]:
 
 def test_neither_the_package_nor_the_experiments_import_the_tests() -> None:
     """Issue 55: what the tests and the experiments both start (sshd, PostgreSQL, the
-    simulator's unit, a free port) lives in `autotune/testservers/`; shipped code and
-    experiments never reach into `tests/`."""
+    simulator's unit, a free port, a study played in process on the simulator's landscape)
+    lives in `autotune/testservers/`; shipped code and experiments never reach into
+    `tests/` (the experiments' own tests, experiments/tests/, neither)."""
     for folder in (ROOT, ROOT.parent / "experiments"):
         assert not _imports_of(folder).get("tests"), sorted(_imports_of(folder)["tests"])
+
+
+def test_the_tests_do_not_import_the_experiments() -> None:
+    """Issue 55, the other direction: a test of autotune plays its studies on
+    `testservers/` and runs an experiment's script by path, as a user does."""
+    tests = ROOT.parent / "tests"
+    assert not _imports_of(tests).get("experiments"), sorted(_imports_of(tests)["experiments"])
 
 
 def test_one_folder_per_name() -> None:

@@ -608,7 +608,7 @@ def predict_level(
         # P(tokens emitted per verify step = 1, 2, ...): SGLang's histogram of accepted drafts.
         "accept_dist": [round(p, 6) for p in dist],
         # Spread of the tokens one verify step emits, relative to their mean: how noisy a
-        # throughput measurement over a few seconds is (experiments/efficiency/cost.py).
+        # throughput measurement over a few seconds is (autotune/testservers/cost.py).
         "accept_cv": round(_cv(dist), 4),
         "accept_rate": round(sum(w * accept_rate(sp, length) for w, sp in mix), 4),
         "iteration_ms": round(t_iter * 1000.0, 3),

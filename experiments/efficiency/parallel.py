@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 from autotune.run.worker import Worker
 from autotune.search import study as st
+from autotune.testservers.in_memory import in_memory_study
+from autotune.testservers.simulated import SIM_NOISE, SimulatedServer
 
 from .cells import Cell, baseline_flags, landscape
-from .run import in_memory_study
-from .simulated import SIM_NOISE, SimulatedServer
 
 #: Proposals one worker may make in a round before it counts as having nothing to deploy.
 MAX_PROPOSALS_PER_SLOT = 5

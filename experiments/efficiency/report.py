@@ -104,7 +104,7 @@ def markdown(
         "",
         "- GPU-h: GPU-hours until the declared best is worth 98 % (median / p90 over the "
         "seeds): every deployment is charged its model load and the benchmark levels it ran "
-        "(`experiments/efficiency/cost.py`), times the profile's GPUs.",
+        "(`autotune/testservers/cost.py`), times the profile's GPUs.",
         "",
         "| cell | configs (feasible, >=98 %) | candidate | median | p90 | GPU-h | found | reached "
         "| infeasible | "

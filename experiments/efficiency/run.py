@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import random
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -12,13 +10,14 @@ from typing import Any
 import optuna
 
 from autotune.config import Config
-from autotune.run import finalists, worker
-from autotune.search import capacity, objective, perf, records, warm_start
+from autotune.run import finalists
+from autotune.search import capacity, perf, records
 from autotune.search import study as st
+from autotune.testservers.in_memory import in_memory_study, run_to
+from autotune.testservers.simulated import SIM_NOISE, SimulatedServer
 
 from .candidates import CANDIDATES, Candidate, configure
 from .cells import Cell, Landscape, baseline_flags, landscape
-from .simulated import SIM_NOISE, SimulatedServer
 
 #: Proposals a study may spend on configs measured already before it counts as stuck.
 MAX_TRIALS_PER_DEPLOYMENT = 5
@@ -66,25 +65,6 @@ class Trace:
     """True worth (share of the optimum) of every config the study never measured because a
     prediction ruled it out: skipped by the capacity gate, or barred at the study's end by
     the sampler's chance of reaching the floor (0 when infeasible)."""
-
-
-def in_memory_study(cfg: Config, sampler: optuna.samplers.BaseSampler) -> optuna.Study:
-    """What `study.open_study` builds, without a database (the storage plays no part here)."""
-    names = objective.metric_names(cfg.objective, cfg.benchmark.concurrency)
-    study = optuna.create_study(sampler=sampler, directions=["maximize"] * len(names))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(names)
-    study.set_user_attr(records.STUDY_WORLD, warm_start.world(cfg))  # as open_study writes it
-    return study
-
-
-def run_to(
-    cfg: Config, study: optuna.Study, measure: worker.Measure, baseline: st.Baseline, total: int
-) -> worker.Tally:
-    """autotune's own worker loop, until the study holds `total` finished trials."""
-    budget = dataclasses.replace(cfg.study, n_trials=total)
-    return worker.Worker(dataclasses.replace(cfg, study=budget), study, measure, baseline).run()
 
 
 def run_one(cell: Cell, candidate: str, seed: int, budget: int, noise: float = SIM_NOISE) -> Trace:

@@ -9,9 +9,9 @@ import random
 import optuna
 
 from autotune.search import study as st
-from experiments.efficiency.cells import Cell, baseline_flags, landscape
-from experiments.efficiency.run import in_memory_study, run_to
-from experiments.efficiency.simulated import SimulatedServer
+from autotune.testservers.in_memory import in_memory_study, run_to
+from autotune.testservers.landscape import Cell, baseline_flags, landscape
+from autotune.testservers.simulated import SimulatedServer
 
 
 def run_study(cell: Cell, deployments: int, seed: int) -> tuple[optuna.Study, SimulatedServer]:

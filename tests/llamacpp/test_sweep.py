@@ -5,12 +5,13 @@ per config appended as it finishes, and a run started again going on where it st
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from experiments import llamacpp_sweep
 from tests.helpers.e2e import free_port
 from tests.helpers.real_engine import TIMEOUT
 from tests.llamacpp.conftest import unit_text
@@ -19,6 +20,12 @@ from tests.llamacpp.test_real_server import _config
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(TIMEOUT)]
 
 REPO = Path(__file__).resolve().parents[2]
+#: Run as a user runs it, by path: the suite imports nothing from the experiments.
+SWEEP = REPO / "experiments" / "llamacpp_sweep.py"
+
+
+def sweep(*argv: str) -> int:
+    return subprocess.run([sys.executable, str(SWEEP), *argv], timeout=TIMEOUT).returncode
 
 
 def test_the_sweep_records_every_config_and_resumes(
@@ -37,7 +44,7 @@ def test_the_sweep_records_every_config_and_resumes(
     argv = ["--config", str(config), "--workloads", "copy", "--out", str(out)]
 
     # Killed after two configs: the file keeps them.
-    assert llamacpp_sweep.main([*argv, "--configs", "2"]) == 0
+    assert sweep(*argv, "--configs", "2") == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     head = lines[0]["header"]
     assert "llama" in head["llama_cpp"].lower() or "version" in head["llama_cpp"].lower()
@@ -46,7 +53,7 @@ def test_the_sweep_records_every_config_and_resumes(
     assert [row["config"]["spec_type"] for row in lines[1:]] == ["none", "ngram-simple"]
 
     # Started again for three: only the third is measured.
-    assert llamacpp_sweep.main([*argv, "--configs", "3"]) == 0
+    assert sweep(*argv, "--configs", "3") == 0
     rows = [json.loads(x) for x in out.read_text().splitlines()][1:]
     assert len(rows) == 3 and len({json.dumps(r["config"]) for r in rows}) == 3
     for i, row in enumerate(rows):

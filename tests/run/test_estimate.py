@@ -303,7 +303,7 @@ def test_the_share_of_the_first_trials_cut_follows_the_model_of_the_landscape() 
     found (after the pruner's warm-up, 7 of 8 trials ended early on the median night);
     with the model off there is nothing to say."""
     from autotune.run import eta
-    from experiments.efficiency.cells import Cell
+    from autotune.testservers.landscape import Cell
     from tests.helpers.modelled import run_study
 
     cell = Cell("sglang-eagle", "qwen3.5-122b-a10b-mtp", "natural", "geomean")

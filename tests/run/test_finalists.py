@@ -20,10 +20,10 @@ from autotune.run.trial import TrialResult
 from autotune.search import objective
 from autotune.search import study as st
 from autotune.sim import truth
+from autotune.testservers.in_memory import in_memory_study, run_to
+from autotune.testservers.landscape import Landscape
+from autotune.testservers.simulated import SimulatedServer
 from autotune.unit import unitfile
-from experiments.efficiency.cells import Landscape
-from experiments.efficiency.run import in_memory_study, run_to
-from experiments.efficiency.simulated import SimulatedServer
 from tests.helpers.e2e import REPO
 
 

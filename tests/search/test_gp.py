@@ -17,7 +17,7 @@ from autotune.search import study as st
 from autotune.search.gp.features import features
 from autotune.search.gp.model import GP
 from autotune.space import load_space, space_from_dict
-from experiments.efficiency.cells import Cell, landscape
+from autotune.testservers.landscape import Cell, landscape
 from tests.helpers.modelled import run_study
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,8 +12,8 @@ from optuna.trial import TrialState
 from autotune.run import finalists
 from autotune.search import gp, pruning
 from autotune.search import study as st
-from experiments.efficiency.cells import Cell, landscape
-from experiments.efficiency.run import in_memory_study
+from autotune.testservers.in_memory import in_memory_study
+from autotune.testservers.landscape import Cell, landscape
 from tests.helpers.modelled import run_study
 
 LLAMA = "llama3.1-8b-eagle3-h100"

@@ -34,7 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from autotune.bench.runner import CI_STOP_MARGIN
 from autotune.config import BenchmarkConfig, Config
@@ -56,6 +56,22 @@ K_SINGLE = 2.3
 #: CI of a one-second window with several clients, per sqrt(second of one request).
 K_BATCH = 0.035
 WARMUP_TOKENS = 16
+
+
+class DeploymentCost(Protocol):
+    """What the in-process server charges a deployment: the simulator profile's (`Cost`),
+    or a recording's (the experiments' replayed llama-server)."""
+
+    load_s: float
+    gpus: int
+
+    def level_parts(self, level: Mapping[str, Any]) -> tuple[float, float]: ...
+
+    def window_s(self, level: Mapping[str, Any]) -> float: ...
+
+    def ci(self, level: Mapping[str, Any], window: float) -> float: ...
+
+    def cut_s(self, level: Mapping[str, Any]) -> float: ...
 
 
 @dataclass(frozen=True)

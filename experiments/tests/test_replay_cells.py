@@ -14,10 +14,10 @@ import pytest
 
 from autotune.search import perf
 from autotune.search import study as st
+from autotune.testservers.simulated import SimulatedServer
 from experiments.efficiency import replay
 from experiments.efficiency.cells import Cell, all_cells, baseline_flags, landscape
 from experiments.efficiency.run import run_one
-from experiments.efficiency.simulated import SimulatedServer
 from experiments.sample_efficiency import runs_on
 
 NATURAL = Cell(replay.SPACE, replay.PROFILE, "natural", "geomean")

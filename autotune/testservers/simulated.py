@@ -15,7 +15,7 @@ HTTP or sleeps:
   one run of a level that missed its CI target (before the second), or at
   min_duration into a level's window (the client asks every tick; here once),
   each from what the window would show then (`cost.Cost.ci`).
-Every deployment is charged its GPU time (`cost.py`): the model load, then
+Every deployment is charged its GPU time (`testservers/cost.py`): the model load, then
 the levels it ran, a level cut short up to min_duration.
 
 What the performance model reads of a level is what the server's counters would give
@@ -37,10 +37,8 @@ import numpy as np
 from autotune.run.trial import FindMeasured, TrialResult
 from autotune.search import objective
 from autotune.search.pruning import PRUNED, LevelPlan
-
-from .cells import Landscape
-from .cost import Cost
-from .replay import ReplayCost
+from autotune.testservers.cost import Cost, DeploymentCost
+from autotune.testservers.landscape import Landscape
 
 SIM_NOISE = 0.02  # the simulator's --sim-noise default
 
@@ -53,7 +51,7 @@ class SimulatedServer:
     endpoint: str = "chat"
     """The benchmark's endpoint: `generate` (SGLang's native one) also returns the per-request
     histogram of accepted drafts, the OpenAI-compatible ones the mean accept length only."""
-    cost: Cost | ReplayCost = field(init=False)
+    cost: DeploymentCost = field(init=False)
     deployed: list[dict[str, Any]] = field(default_factory=list)
     """Every config deployed, in order (the study's cost)."""
     gpu_seconds: list[float] = field(default_factory=list)

@@ -11,6 +11,7 @@ import statistics
 import pytest
 
 from autotune.search import objective
+from autotune.testservers.simulated import SimulatedServer
 from experiments import sample_efficiency
 from experiments.efficiency import metrics
 from experiments.efficiency.candidates import CORE, GPU_TIME
@@ -18,7 +19,6 @@ from experiments.efficiency.cells import Cell, cell_config, landscape
 from experiments.efficiency.grid import grid_on_space, sglang_grid
 from experiments.efficiency.priors import informative_configs
 from experiments.efficiency.run import run_one
-from experiments.efficiency.simulated import SimulatedServer
 
 QWEN, LLAMA = "qwen3.5-122b-a10b-mtp", "llama3.1-8b-eagle3-h100"
 EAGLE_C1 = Cell("sglang-eagle", LLAMA, "natural", "c1")
