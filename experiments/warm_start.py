@@ -10,7 +10,9 @@ its winner and the configs it could not tell from it deployed first). A change i
 
 - `noise`: the same profile and workload, another draw of the noise (a restart, a week
   later: the small change);
-- `workload`: the other workload of the same profile (the traffic moved);
+- `workload`: the other workload of the same profile (the traffic moved): natural <-> greedy
+  on the simulator, and natural <-> copy on the replayed real llama-server (`replay.py`, the
+  recorded sweep: the simulator has no copy workload);
 - `hardware`: the next simulator profile over the same space (another model on other GPUs:
   the simulator has no profile of one model on two kinds of GPU).
 
@@ -38,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from autotune.search import study as st  # noqa: E402
 from autotune.search import warm_start  # noqa: E402
 from autotune.sim.profiles import PROFILES  # noqa: E402
-from experiments.efficiency import metrics, raw  # noqa: E402
+from experiments.efficiency import metrics, raw, replay  # noqa: E402
 from experiments.efficiency.cells import SPACES, Cell, all_cells  # noqa: E402
 from experiments.efficiency.run import play  # noqa: E402
 
@@ -50,7 +52,8 @@ BUDGET = 30
 #: Each change: the earlier study's cell from the new one's, and its seed from the new seed.
 CHANGES = {
     "noise": "the same cell, another draw of the noise",
-    "workload": "the other workload of the same profile (natural -> greedy, greedy -> natural)",
+    "workload": "the other workload of the same profile (natural <-> greedy on the simulator, "
+    "natural <-> copy on the replayed llama-server)",
     "hardware": "the next simulator profile over the same space (qwen -> llama -> deepseek -> "
     "qwen: another model on other GPUs)",
 }
@@ -62,13 +65,19 @@ def earlier_of(change: str, cell: Cell, seed: int) -> tuple[Cell, int]:
     if change == "noise":
         return cell, seed + 1000
     if change == "workload":
-        other = "greedy" if cell.workload == "natural" else "natural"
+        pair = ("natural", "copy") if cell.space == replay.SPACE else ("natural", "greedy")
+        other = pair[1] if cell.workload == pair[0] else pair[0]
         return Cell(cell.space, cell.profile, other, cell.objective), seed + 1000
     if change == "hardware":
         names = list(PROFILES)
         after = names[(names.index(cell.profile) + 1) % len(names)]
         return Cell(cell.space, after, cell.workload, cell.objective), seed + 1000
     raise KeyError(change)
+
+
+def applies(change: str, cell: Cell) -> bool:
+    """The replayed llama-server has one machine and its own space: only its workload moves."""
+    return cell.space in SPACES or change == "workload"
 
 
 def run(job: Job) -> tuple[Job, dict[str, Any]]:
@@ -115,13 +124,23 @@ def _done(path: Path, commit: str) -> dict[tuple[str, str, int], dict[str, Any]]
     return out
 
 
+def latest_rows(path: Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Each change's rows at the last commit that ran it (a change run again at a later
+    commit replaces its rows; the other changes keep theirs), and that commit per change."""
+    if not path.exists():
+        return [], {}
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    commit_of = {r["change"]: r["commit"] for r in rows}  # the file is in time order
+    return [r for r in rows if r["commit"] == commit_of[r["change"]]], commit_of
+
+
 def _q(xs: list[float], share: float) -> float:
     """Nearest rank (as the efficiency table): inf counts as not reached."""
     s = sorted(xs)
     return s[max(0, min(len(s) - 1, int(-(-share * len(s) // 1)) - 1))]
 
 
-def table(rows: list[dict[str, Any]], commit: str, seconds: float | None) -> str:
+def table(rows: list[dict[str, Any]], commits: dict[str, str], seconds: float | None) -> str:
     by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         by[(r["change"], r["cell"])].append(r)
@@ -134,17 +153,18 @@ def table(rows: list[dict[str, Any]], commit: str, seconds: float | None) -> str
         return f">{BUDGET}" if x == float("inf") else f"{x:.0f}"
 
     seeds = len(next(iter(by.values()))) if by else 0
-    ran = f", {seconds / 60:.1f} min" if seconds is not None else ""
+    ran = f" (this run: {seconds / 60:.1f} min)" if seconds is not None else ""
     lines = [
         "# Warm start: a second study `--from` the first, against a cold one",
         "",
-        f"Commit `{commit}`: `experiments/warm_start.py`, {seeds} seeds per cell{ran}. The earlier "
+        f"`experiments/warm_start.py --changes {','.join(commits)}`, {seeds} seeds per "
+        f"cell{ran}; each change at the commit that last ran it (below). The earlier "
         f"study: the default, {EARLIER_BUDGET} deployments; the second: at most {BUDGET}, cold "
         "and warm on the same seed (the same noise). Deployments until the declared best is "
         "worth 98 % of the new optimum (the baseline is 1), median / p90 over the seeds "
         "(nearest rank); applied@30: share of studies whose end applies a config worth 98 %.",
         "",
-        *[f"- `{c}`: {about}." for c, about in CHANGES.items()],
+        *[f"- `{c}` (at `{commits[c]}`): {about}." for c, about in CHANGES.items() if c in commits],
         "",
         "| change | cell | cold: median / p90 | --from: median / p90 | declared best at "
         f"{BUDGET}: cold / --from | applied@30: cold / --from | worse seeds |",
@@ -185,9 +205,13 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=multiprocessing.cpu_count())
     args = p.parse_args()
     wanted = args.cells.split(",")
-    cells = [c for c in all_cells() if c.space in SPACES and any(w in c.label for w in wanted)]
+    cells = [
+        c
+        for c in all_cells()
+        if c.space in (*SPACES, replay.SPACE) and any(w in c.label for w in wanted)
+    ]
     if not cells:
-        p.error(f"--cells {args.cells!r} matches no simulator cell")
+        p.error(f"--cells {args.cells!r} matches no simulator or replay cell")
     changes = args.changes.split(",")
     if unknown := [c for c in changes if c not in CHANGES]:
         p.error(f"unknown change(s): {', '.join(unknown)} (known: {', '.join(CHANGES)})")
@@ -198,7 +222,7 @@ def main() -> int:
         for change in changes
         for cell in cells
         for seed in range(args.seeds)
-        if (change, cell.label, seed) not in done
+        if (change, cell.label, seed) not in done and applies(change, cell)
     ]
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
@@ -209,12 +233,8 @@ def main() -> int:
             f.write(json.dumps({**row, "commit": commit}) + "\n")
             f.flush()
     seconds = time.monotonic() - started
-    rows = [
-        r
-        for r in _done(RAW, commit).values()
-        if r["change"] in changes and r["cell"] in {c.label for c in cells}
-    ]
-    text = table(rows, commit, seconds if jobs else None)
+    rows, commits = latest_rows(RAW)
+    text = table(rows, commits, seconds if jobs else None)
     OUT.write_text(text)
     print(text)
     return 0
