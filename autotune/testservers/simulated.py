@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from autotune.run.trial import FindMeasured, TrialResult
-from autotune.search import objective
+from autotune.search import objective, records
 from autotune.search.pruning import PRUNED, LevelPlan
 from autotune.testservers.cost import Cost, DeploymentCost
 from autotune.testservers.landscape import Landscape
@@ -132,11 +132,11 @@ class SimulatedServer:
                 verdict = plan.verdict(measured)
                 if verdict is not None:
                     break
-        attrs["levels"] = [
+        attrs[records.LEVELS] = [
             self._row(by_level[c], r) for c in levels if (r := results.get(c)) is not None
         ]
         for c, r in results.items():
-            attrs[f"output_tok_s@c{c}"] = round(r["output_throughput"], 2)
+            attrs[records.at(records.OUTPUT_TOK_S_AT, c)] = round(r["output_throughput"], 2)
         if verdict is not None:
             attrs[PRUNED] = verdict.attrs()
             measured_levels = [c for c in levels if c in results]
