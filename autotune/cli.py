@@ -202,6 +202,12 @@ def _parser() -> argparse.ArgumentParser:
         worker_arg=True,
     )
     apply.add_argument("--trial", type=int, help="trial number (default: the best feasible trial)")
+    apply.add_argument(
+        "--check",
+        action="store_true",
+        help="a fleet's next host: measure the config once and say whether it holds here "
+        "(within what the study measured); exit 3 when it does not, with how to tune this host",
+    )
     add(
         "restore",
         _restore,
@@ -460,11 +466,19 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _apply(args: argparse.Namespace) -> int:
-    from autotune.run import deployment
+    from autotune.run import deployment, host_check
 
+    worst = 0
     for cfg in _each_worker(_load(args)):
-        print(deployment.apply_trial(cfg, args.trial).sentence(cfg))
-    return 0
+        if not args.check:
+            print(deployment.apply_trial(cfg, args.trial).sentence(cfg))
+            continue
+        handover, check = host_check.check_trial(cfg, args.trial)
+        print(check.sentence(cfg))
+        print(handover.sentence(cfg))
+        if not check.holds:
+            worst = host_check.DOES_NOT_HOLD
+    return worst
 
 
 def _restore(args: argparse.Namespace) -> int:

@@ -150,6 +150,7 @@ STUDY_ADAPTIVE_EXPORT = "adaptive_export"
 STUDY_ADAPTIVE_PROBES = "adaptive_probes"
 STUDY_WORLD = "world"
 STUDY_WARM_START = "warm_start"
+STUDY_HOST_CHECKS = "host_checks"
 
 
 def at(prefix: str, concurrency: int) -> str:
