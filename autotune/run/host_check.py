@@ -62,8 +62,8 @@ class Check:
             verdict = "holds here" if self.holds else "does not hold here"
             head = (
                 f"{who}: trial {self.trial}'s config {verdict}: {self.metric} {self.here:.1f} "
-                f"against {self.earlier:.1f} measured {where} ({diff:+.1%}; one start each "
-                f"agrees within ±{self.margin:.1%})"
+                f"against {self.earlier:.1f} measured {where} ({100 * diff:+.1f} %; one start "
+                f"each agrees within ±{100 * self.margin:.1f} %)"
             )
         if self.holds:
             return head

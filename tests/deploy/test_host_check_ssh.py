@@ -108,9 +108,9 @@ def test_the_winner_holds_on_a_host_like_the_first_and_not_on_another(
     )
     assert same.returncode == 0, same.stdout + same.stderr[-3000:]
     first, second = same.stdout.strip().splitlines()[-2:]
-    assert first.startswith(f"gpu2: trial {best['number']}'s config holds here:"), first
+    assert first.startswith(f"gpu2: trial {best['trial']}'s config holds here:"), first
     assert "measured on gpu1" in first
-    assert second.startswith(f"serving trial {best['number']}'s config on gpu2 at "), second
+    assert second.startswith(f"serving trial {best['trial']}'s config on gpu2 at "), second
     served = unitfile.parse_exec_start(fake_host.unit_path("sim-gpu2.service").read_text())
     flags = served.flags()
     assert int(flags["--speculative-num-steps"]) == best["resolved"]["speculative_num_steps"]
@@ -122,7 +122,7 @@ def test_the_winner_holds_on_a_host_like_the_first_and_not_on_another(
     )
     assert other.returncode == DOES_NOT_HOLD, other.stdout + other.stderr[-3000:]
     verdict = other.stdout.strip().splitlines()[-2]
-    assert verdict.startswith(f"gpu3: trial {best['number']}'s config does not hold here:")
+    assert verdict.startswith(f"gpu3: trial {best['trial']}'s config does not hold here:")
     assert "autotune start --worker gpu3 --study fleet-gpu3 --from fleet" in verdict
     assert other.stdout.strip().splitlines()[-1].startswith("serving trial ")
 

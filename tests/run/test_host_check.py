@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from autotune.run.host_check import Check, agreement
@@ -26,3 +28,21 @@ def test_holds_is_the_difference_within_the_margin_either_way() -> None:
     assert not Check(**base, here=93.5).holds
     down = Check(**base, here=None, why_not="it did not run: crashed")
     assert not down.holds
+
+
+def test_the_sentence_gives_both_figures_and_the_way_to_tune_a_host_that_differs() -> None:
+    from types import SimpleNamespace
+
+    cfg: Any = SimpleNamespace(worker="gpu4", study=SimpleNamespace(name="qwen-spec"))
+    base = {"trial": 12, "metric": "output_tok_s@c16", "earlier": 1498.0, "earlier_host": "gpu1",
+            "margin": 0.062}  # fmt: skip
+    assert Check(**base, here=1512.3).sentence(cfg) == (
+        "gpu4: trial 12's config holds here: output_tok_s@c16 1512.3 against 1498.0 measured "
+        "on gpu1 (+1.0 %; one start each agrees within ±6.2 %)"
+    )
+    slow = Check(**base, here=1300.0).sentence(cfg)
+    assert slow.startswith("gpu4: trial 12's config does not hold here: output_tok_s@c16 1300.0")
+    assert slow.endswith(
+        "To tune gpu4 from the study: autotune start --worker gpu4 --study qwen-spec-gpu4 "
+        "--from qwen-spec"
+    )
