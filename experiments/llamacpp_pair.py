@@ -1,6 +1,11 @@
 """Two real studies side by side on the real llama-server: the default against no model.
 
     .venv/bin/python experiments/llamacpp_pair.py [--workload natural] [--n-trials 10] [--rounds 2]
+    .venv/bin/python experiments/llamacpp_pair.py --workload copy --warm-from natural
+
+With `--warm-from W` the two studies on the workload are the default cold and the default
+`start --from` the default's study on W (its SQLite file here): a warm start when the
+traffic moved, on a real server, beside the cold study of the same workload.
 
 Runs examples/llamacpp-local.yaml twice on one workload, same space, levels and seed: once
 as shipped (`sampler: auto`, the GP; the performance model is off on an n-gram space, which
@@ -37,6 +42,7 @@ from autotune.engines import get_engine  # noqa: E402
 from autotune.run import deployment, finalists, loop  # noqa: E402
 from autotune.run.trial import TrialPipeline  # noqa: E402
 from autotune.search import study as st  # noqa: E402
+from autotune.search import warm_start  # noqa: E402
 from experiments.efficiency import replay  # noqa: E402
 from experiments.efficiency.cells import Cell, landscape  # noqa: E402
 
@@ -45,6 +51,12 @@ DB_DIR = REPO / "experiments" / "results" / "raw" / "llamacpp-pair"
 OUT = REPO / "experiments" / "results" / "llamacpp-pair.md"
 #: The two studies: the default, and the same study with no model of the landscape at all.
 ARMS = {"default": "auto", "no-model": "random"}
+#: With --warm-from W: the default cold, and the default started from the default on W.
+WARM_PREFIX = "from-"
+
+
+def sampler_of(arm: str) -> str:
+    return "auto" if arm.startswith(WARM_PREFIX) else ARMS[arm]
 
 
 def study_config(base: Config, workload: str, arm: str, n_trials: int) -> Config:
@@ -52,16 +64,30 @@ def study_config(base: Config, workload: str, arm: str, n_trials: int) -> Config
         base.study,
         name=f"pair-{workload}-{arm}",
         storage=f"sqlite:///{DB_DIR / f'pair-{workload}-{arm}.db'}",
-        sampler=ARMS[arm],
+        sampler=sampler_of(arm),
         n_trials=n_trials,
         on_finish="stop",
     )
     return replace(base, study=study, benchmark=replace(base.benchmark, workload=workload))
 
 
-def run_arm(cfg: Config, workload: str, arm: str) -> dict[str, Any]:
-    """The study (resumed if it was cut short), then what it deployed, valued two ways."""
+def start_from(cfg: Config, earlier: Config) -> None:
+    """What `autotune start --from` does before the first deployment (once: a resumed study
+    keeps its record)."""
+    checked, where = warm_start.checked(cfg, earlier.study.name, earlier.study.storage)
+    declared = st.best_trials(checked)
+    record = warm_start.of_study(cfg, checked, where, declared[0] if declared else None)
+    st.record_warm_start_once(st.open_study(cfg), record)
+
+
+def run_arm(cfg: Config, workload: str, arm: str, base: Config | None = None) -> dict[str, Any]:
+    """The study (resumed if it was cut short), then what it deployed, valued two ways.
+    A warm arm (`from-W`) starts from the default's study on workload W of `base`."""
     started = time.monotonic()
+    if arm.startswith(WARM_PREFIX):
+        assert base is not None
+        earlier_workload = arm.removeprefix(WARM_PREFIX)
+        start_from(cfg, study_config(base, earlier_workload, "default", cfg.study.n_trials))
     loop.run_study(cfg)
     wall = time.monotonic() - started
     study = st.open_study(cfg, create=False)
@@ -138,7 +164,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "n-gram space) and once with `sampler: random`. Recorded share: a config's value in "
         "the recorded sweep (`experiments/results/raw/llamacpp-sweep.jsonl`) as a share of the "
         "recorded optimum. Measured again: each declared best deployed again, the two "
-        "interleaved.",
+        "interleaved. A study `from-W` is the default started from the default's study on "
+        "workload W (`--warm-from W`, as `autotune start --from`), beside the cold default.",
         "",
         "| workload | study | deployments (+ finalist runs) | 98 % of the recorded optimum "
         "first deployed at | declared best | its estimate | its recorded share | measured "
@@ -171,18 +198,30 @@ def main() -> int:
     p.add_argument("--workload", default="natural")
     p.add_argument("--n-trials", type=int, default=10)
     p.add_argument("--rounds", type=int, default=2, help="runs of each declared best again")
+    p.add_argument(
+        "--warm-from",
+        metavar="WORKLOAD",
+        help="the default cold against the default started from its study on WORKLOAD",
+    )
     args = p.parse_args()
-    if args.workload not in replay.workloads():
-        p.error(f"--workload {args.workload}: the sweep has not recorded it whole yet")
+    for w in (args.workload, args.warm_from):
+        if w is not None and w not in replay.workloads():
+            p.error(f"workload {w}: the sweep has not recorded it whole yet")
+    if args.warm_from == args.workload:
+        p.error("--warm-from names the workload the study runs on: give the other one")
     log.setup("INFO")
     DB_DIR.mkdir(parents=True, exist_ok=True)
     base = load_config(args.config)
+    arms = ["default", WARM_PREFIX + args.warm_from] if args.warm_from else list(ARMS)
+    if args.warm_from and not (DB_DIR / f"pair-{args.warm_from}-default.db").exists():
+        p.error(f"no default study on {args.warm_from} to start from: run --workload "
+                f"{args.warm_from} first")  # fmt: skip
     rows = _recorded(RAW)
     done = {r["arm"] for r in rows if r.get("workload") == args.workload and "arm" in r}
-    for arm in ARMS:
+    for arm in arms:
         if arm not in done:
             cfg = study_config(base, args.workload, arm, args.n_trials)
-            _append(RAW, run_arm(cfg, args.workload, arm))
+            _append(RAW, run_arm(cfg, args.workload, arm, base))
     rows = _recorded(RAW)
     if not any(r.get("workload") == args.workload and "again" in r for r in rows):
         winners = {
