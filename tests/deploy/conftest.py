@@ -73,6 +73,13 @@ class SshRig:
         values.update(overrides)
         return SSHSettings(**values)
 
+    def target_ssh(self) -> dict[str, Any]:
+        """`target.ssh` of a config that reaches this sshd, as a user would write it."""
+        ssh = self.settings()
+        keys = ("host", "port", "user", "key_file", "known_hosts", "use_agent",
+                "connect_timeout_s", "command_timeout_s")  # fmt: skip
+        return {k: getattr(ssh, k) for k in keys}
+
 
 @pytest.fixture
 def ssh_rig(world_dir: Path) -> Iterator[SshRig]:

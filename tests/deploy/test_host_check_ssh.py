@@ -31,7 +31,6 @@ START = "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-
 
 def _fleet(tmp: Path, rig: SshRig, host: FakeSystemdHost, workers: dict[str, str]) -> Path:
     """A config whose workers are units of one stand-in host, each its own port."""
-    ssh = rig.settings()
     entries: list[dict[str, Any]] = []
     for name, sim_flags in workers.items():
         port = free_port()
@@ -56,14 +55,7 @@ def _fleet(tmp: Path, rig: SshRig, host: FakeSystemdHost, workers: dict[str, str
         "target": {
             "deploy": "ssh",
             "ready_timeout": 60,
-            "ssh": {
-                "host": ssh.host,
-                "port": ssh.port,
-                "user": ssh.user,
-                "key_file": ssh.key_file,
-                "known_hosts": ssh.known_hosts,
-                "use_agent": False,
-            },
+            "ssh": rig.target_ssh(),
             "systemd": {
                 "lock_file": str(host.root / "autotune.lock"),
                 "systemctl": host.systemctl,

@@ -22,7 +22,6 @@ UNIT = "sglang-sim.service"
 
 
 def _config(tmp: Path, rig: SshRig, host: FakeSystemdHost, port: int, n_trials: int) -> Path:
-    ssh = rig.settings()
     config = {
         "study": {
             "name": "ssh-e2e",
@@ -37,16 +36,7 @@ def _config(tmp: Path, rig: SshRig, host: FakeSystemdHost, port: int, n_trials: 
             "unit_file": str(host.unit_path(UNIT)),
             "base_url": f"http://127.0.0.1:{port}",
             "ready_timeout": 60,
-            "ssh": {
-                "host": ssh.host,
-                "port": ssh.port,
-                "user": ssh.user,
-                "key_file": ssh.key_file,
-                "known_hosts": ssh.known_hosts,
-                "use_agent": False,
-                "connect_timeout_s": 5.0,
-                "command_timeout_s": 30.0,
-            },
+            "ssh": rig.target_ssh(),
             "systemd": {
                 "lock_file": str(host.root / "autotune.lock"),
                 "systemctl": host.systemctl,
