@@ -41,7 +41,7 @@ from autotune.search import study as st  # noqa: E402
 from autotune.search import warm_start  # noqa: E402
 from autotune.sim.profiles import PROFILES  # noqa: E402
 from experiments.efficiency import metrics, raw, replay  # noqa: E402
-from experiments.efficiency.cells import SPACES, Cell, all_cells  # noqa: E402
+from experiments.efficiency.cells import SPACES, Cell, all_cells, landscape  # noqa: E402
 from experiments.efficiency.run import play  # noqa: E402
 
 RAW = REPO / "experiments" / "results" / "raw" / "warm_start.jsonl"
@@ -88,10 +88,20 @@ def run(job: Job) -> tuple[Job, dict[str, Any]]:
     before_cell, before_seed = earlier_of(change, cell, seed)
     before = play(before_cell, "default", before_seed, EARLIER_BUDGET)
     declared = st.best_trials(before.study)
+    # Read as `start --from` reads it: against the new study's config, so that the record
+    # names what differs (the workload).
     earlier = warm_start.of_study(
-        before.cfg, before.study, "in memory", declared[0] if declared else None
+        landscape(cell).cfg, before.study, "in memory", declared[0] if declared else None
     )
     record = earlier.record()
+    if before_cell.profile != cell.profile:
+        # Every simulated cell runs the demo unit; a real unit names its model, and the
+        # simulator's names its profile (`--sim-profile`): the flag `start --from` would
+        # find changed.
+        record["differences"]["--sim-profile"] = {
+            "earlier": before_cell.profile,
+            "now": cell.profile,
+        }
     cold = play(cell, "default", seed, BUDGET).trace
     warm = play(cell, "default", seed, BUDGET, earlier=record).trace
     return job, {

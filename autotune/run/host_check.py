@@ -12,7 +12,6 @@ the winner (the best known) and the sentence says how to tune it from the study
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -74,17 +73,6 @@ class Check:
         )
 
 
-def agreement(earlier_ci: float | None, here_ci: float | None) -> float:
-    """95 % bound on the relative difference of two single-start values: each window's own
-    interval (a relative 95 % half-width, 0 when the level met its target and none is
-    recorded: the target's WINDOW_SD then) and each start's spread."""
-
-    def sd(ci: float | None) -> float:
-        return ci / 1.96 if ci else pruning.WINDOW_SD
-
-    return 1.96 * math.sqrt(sd(earlier_ci) ** 2 + sd(here_ci) ** 2 + 2 * pruning.START_SD**2)
-
-
 def check_trial(cfg: Config, number: int | None) -> tuple[deployment.Handover, Check]:
     """Deploy trial `number`'s config (default: the declared best), measure it once, and
     leave it serving; the original unit if it does not come up. Records the check on the
@@ -144,7 +132,7 @@ def _compare(
     earlier_host = owner.get("worker") if isinstance(owner, dict) else None
     earlier_ci = trial.user_attrs.get(records.VALUE_CI)
     here_ci = attrs.get(records.VALUE_CI)
-    margin = agreement(_number(earlier_ci), _number(here_ci))
+    margin = pruning.agreement(_number(earlier_ci), _number(here_ci))
     metric = objective.metric_names(cfg.objective, cfg.benchmark.concurrency)[0]
     base = {"trial": trial.number, "metric": metric, "earlier": float(trial.values[0]),
             "earlier_host": earlier_host, "margin": margin}  # fmt: skip

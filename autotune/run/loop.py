@@ -109,7 +109,6 @@ def _run_with_deployer(
             log.warning(above)
         baseline = st.baseline_of(cfg.space, current, unitenv.effective(base_unit))
         st.enqueue_baseline_once(study, baseline)
-        st.enqueue_warm_start_once(study, cfg, baseline)
         reached = address.resolve(cfg, deployer, base_unit)
         if reached.tunnel is not None:
             log.info("the benchmark reaches the server " + reached.how)

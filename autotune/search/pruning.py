@@ -66,6 +66,17 @@ PRUNED = gp.PRUNED
 _Z = NormalDist().inv_cdf(1.0 - PRUNE_BELOW)
 
 
+def agreement(earlier_ci: float | None, here_ci: float | None) -> float:
+    """95 % bound on the relative difference of two single-start values of one config: each
+    window's own interval (a relative 95 % half-width; None or 0 when the level met its
+    target and none is recorded: WINDOW_SD then) and each start's spread."""
+
+    def sd(ci: float | None) -> float:
+        return ci / 1.96 if ci else WINDOW_SD
+
+    return 1.96 * math.sqrt(sd(earlier_ci) ** 2 + sd(here_ci) ** 2 + 2 * START_SD**2)
+
+
 @dataclass(frozen=True)
 class Verdict:
     """Why a trial stopped early: what it measured, what it would have scored, against what."""

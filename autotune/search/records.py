@@ -70,9 +70,10 @@ baseline {trial, values}), `finalists_claim`, `model_best` (int), `performance_m
 ({on, fitted_on, loo_rms?, reason?}), `adaptive_export`, `adaptive_probes`, `world`
 (what its measurements depend on besides the config: engine, space, the unit's other flags,
 workload, levels, objective; `search/warm_start.world`), `warm_start` (the earlier study a
-`start --from` read: from, storage, at, best, differences, measured), `host_checks` (by
-worker, `apply --check` on that host: trial, metric, earlier, earlier_host, here, margin,
-why_not, holds, at; `run/host_check.py`).
+`start --from` read: from, storage, at, best, differences, measured; once the new
+baseline was measured, queued and check {holds, why, trial}: `search/warm_start.check`),
+`host_checks` (by worker, `apply --check` on that host: trial, metric, earlier,
+earlier_host, here, margin, why_not, holds, at; `run/host_check.py`).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.config import Config
 from autotune.errors import AutotuneError
 from autotune.log import get
-from autotune.search import gp, objective, perf, records, warm_start
+from autotune.search import gp, objective, perf, pruning, records, warm_start
 from autotune.search.constraints import keyed_constraints, write_legacy_constraints
 from autotune.search.workers import (
     Repeating,
@@ -290,22 +290,45 @@ def record_warm_start_once(study: optuna.Study, earlier: warm_start.Earlier) -> 
             study.set_user_attr(records.STUDY_WARM_START, earlier.record())
 
 
-def enqueue_warm_start_once(study: optuna.Study, cfg: Config, baseline: Baseline) -> None:
-    """Queue what a warm start deploys first (`warm_start.first_configs`), after the
-    baseline, once: the earlier winner and the configs its study could not tell from it."""
-    with _proposal_lock(study):
-        start = study.user_attrs.get(records.STUDY_WARM_START)
-        if not start or start.get("queued") is not None:
-            return
-        queued = []
-        for config in warm_start.first_configs(start, cfg.benchmark.finalists):
-            if cfg.space.check(config) is not None:
-                continue  # not a config of this space any more (it was checked the same)
-            if baseline.params is not None and cfg.space.decode(baseline.params) == config:
-                continue  # the baseline measures it already
-            study.enqueue_trial(cfg.space.encode(config), user_attrs={records.WARM_FROM: True})
-            queued.append(config)
-        study.set_user_attr(records.STUDY_WARM_START, {**start, "queued": queued})
+def queue_warm_start_once(study: optuna.Study, cfg: Config) -> None:
+    """Once the baseline is measured: check the earlier study against it (`warm_start.check`)
+    and, where it holds, queue what a warm start deploys first: the earlier winner and the
+    configs its study could not tell from it. Where the world moved, nothing is queued and
+    the earlier points steer nothing (`warm_start.checked_holds`): the study runs as a cold
+    one would. Under the proposal lock (`propose`): once for a fleet."""
+    start = study.user_attrs.get(records.STUDY_WARM_START)
+    if not start or start.get("queued") is not None:
+        return
+    base = next(
+        (
+            t
+            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+            if t.user_attrs.get(records.BASELINE) and t.user_attrs.get(records.REUSED_FROM) is None
+        ),
+        None,
+    )
+    if base is None:
+        return  # not measured yet
+    now = warm_start.measured_here(base)
+    if now is None:
+        verdict = warm_start.Check(False, "the baseline gave no value to compare", base.number)
+    else:
+        pair = next((m for m in start.get("measured") or [] if m["config"] == now.config), None)
+        margin = pruning.agreement(pair.get("ci") if pair else None, now.ci)
+        verdict = warm_start.check(start, now, margin)
+    log.info(verdict.sentence())
+    baseline = trial_config(base)
+    queued = []
+    for config in warm_start.first_configs(start, cfg.benchmark.finalists) if verdict.holds else []:
+        if cfg.space.check(config) is not None:
+            continue  # not a config of this space any more (it was checked the same)
+        if config == baseline:
+            continue  # the baseline measured it already
+        study.enqueue_trial(cfg.space.encode(config), user_attrs={records.WARM_FROM: True})
+        queued.append(config)
+    study.set_user_attr(
+        records.STUDY_WARM_START, {**start, "queued": queued, "check": verdict.record()}
+    )
 
 
 def baseline_as_is_pending(study: optuna.Study, baseline: Baseline) -> bool:
@@ -342,6 +365,7 @@ def propose(
     """
     with _proposal_lock(study):
         recover_stale(study)
+        queue_warm_start_once(study, cfg)
         running = len(running_trials(study))
         taken = finished_count(study) + running
         if taken >= cfg.study.n_trials:

@@ -41,6 +41,11 @@ from autotune.unit import secrets, unitfile
 PRIOR_DISAGREEMENT = 0.05
 #: What each trial of the earlier study is read for (the evidence), per measured config.
 SERVER_FIELDS = (records.SERVER_VERSION, records.MAX_TOTAL_NUM_TOKENS, records.MAX_RUNNING_REQUESTS)
+#: The server's own figures at one config that tell another machine (or another memory
+#: setting), and how far they may differ: a restart's memory profiling moves them by well
+#: under a percent.
+POOL_FIELDS = (records.MAX_TOTAL_NUM_TOKENS, records.MAX_RUNNING_REQUESTS)
+SAME_POOL = 0.03
 
 
 def _refused(name: str, problem: str) -> ConfigError:
@@ -288,6 +293,74 @@ def first_configs(record: Mapping[str, Any], limit: int) -> list[dict[str, Any]]
     return [best["config"], *(m["config"] for m in close)][: max(1, limit)]
 
 
+@dataclass(frozen=True)
+class Check:
+    """Whether the earlier study still describes this world, judged on the baseline: the
+    config both studies measured first, measured again here."""
+
+    holds: bool
+    why: str
+    trial: int | None
+    """The new study's baseline trial the check read (None: nothing measured)."""
+
+    def record(self) -> dict[str, Any]:
+        return {"holds": self.holds, "why": self.why, "trial": self.trial}
+
+    def sentence(self) -> str:
+        if self.holds:
+            return f"the earlier study holds here: {self.why}; its winner goes first"
+        return f"the world moved since the earlier study: {self.why}; this study runs cold"
+
+
+def check(record: Mapping[str, Any], now: Measured, margin: float) -> Check:
+    """The earlier study against the new study's baseline `now`: the same server pool
+    (SAME_POOL) and the same value within `margin` (two single starts' 95 % agreement,
+    `pruning.agreement`). A world that moved under an unchanged baseline is caught later, by
+    the pairs' disagreement (`prior`); one that moved under the baseline costs nothing but
+    the baseline, which a cold study measures too."""
+    earlier = next((m for m in record.get("measured") or [] if m["config"] == now.config), None)
+    if earlier is None:
+        differs = sorted(record.get("differences") or {})
+        if differs:
+            why = f"its baseline was never measured there, and {', '.join(differs)} differ"
+            return Check(False, why, now.trial)
+        return Check(
+            True, "nothing differs, though its baseline was never measured there", now.trial
+        )
+    for field in POOL_FIELDS:
+        then, here = earlier["server"].get(field), now.server.get(field)
+        numbers = isinstance(then, int | float) and isinstance(here, int | float) and then > 0
+        if numbers and abs(here / then - 1.0) > SAME_POOL:
+            return Check(False, f"the server reports {field} {here} here, {then} there", now.trial)
+    change = now.value / earlier["value"] - 1.0 if earlier["value"] else math.inf
+    said = (
+        f"the baseline measured {now.value:.1f} here against {earlier['value']:.1f} there "
+        f"({100 * change:+.1f} %"
+    )
+    if abs(change) > margin:
+        return Check(False, f"{said}, beyond ±{100 * margin:.1f} %)", now.trial)
+    return Check(True, f"{said}, within ±{100 * margin:.1f} %)", now.trial)
+
+
+def checked_holds(record: Mapping[str, Any]) -> bool:
+    """Whether the earlier study's points may steer the new one: once its baseline check held
+    (a study from before the check, which queued at once, counts as holding)."""
+    verdict = record.get("check")
+    if verdict is None:
+        return record.get("queued") is not None
+    return bool(verdict.get("holds"))
+
+
+def measured_here(t: FrozenTrial) -> Measured | None:
+    """A new study's trial as the check reads it (None: no value to compare)."""
+    value = t.values[0] if t.values else None
+    if not value or value <= 0:
+        return None
+    ci = t.user_attrs.get(records.VALUE_CI)
+    ci = float(ci) if isinstance(ci, int | float) else None
+    return Measured(t.number, config_of(t), float(value), ci, _server(t))
+
+
 def recorded_from(cfg: Config) -> str | None:
     """The study a warm start of this config's study read, if it has started already (a
     resume, or another worker of a fleet): then it is not checked again."""
@@ -336,7 +409,7 @@ def summary(study: optuna.Study) -> dict[str, Any] | None:
     start = study.user_attrs.get(records.STUDY_WARM_START)
     if not start:
         return None
-    keep = ("from", "storage", "at", "best", "differences")
+    keep = ("from", "storage", "at", "best", "differences", "check")
     return {**{k: start.get(k) for k in keep}, "compared": compared(study)}
 
 
@@ -351,6 +424,11 @@ def sentences(study: optuna.Study) -> list[str]:
         f"started from study {start['from']} ({start['storage']}): "
         + (f"what differs: {changed}" if changed else "the same settings")
     ]
+    verdict = start.get("check")
+    if isinstance(verdict, dict):
+        lines.append(
+            "  " + Check(bool(verdict.get("holds")), str(verdict.get("why")), None).sentence()
+        )
     for row in compared(study):
         change = "" if row["change"] is None else f" ({100 * row['change']:+.1f} %)"
         lines.append(

@@ -98,7 +98,6 @@ def play(
     st.enqueue_baseline_once(study, baseline)
     if earlier is not None:
         study.set_user_attr(records.STUDY_WARM_START, dict(earlier))
-        st.enqueue_warm_start_once(study, cfg, baseline)
     start = cfg.space.decode(baseline.params) if baseline.params is not None else None
     for config in cand.first(cfg, start) if cand.first else []:
         if config != start:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from autotune.run.host_check import Check, agreement
-from autotune.search.pruning import START_SD, WINDOW_SD
+from autotune.run.host_check import Check
+from autotune.search.pruning import START_SD, WINDOW_SD, agreement
 
 
 def test_two_single_starts_agree_within_both_windows_and_two_starts_spread() -> None:

@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -15,8 +16,11 @@ import yaml
 from autotune.config import load_config
 from autotune.search import records, warm_start
 from autotune.search import study as st
+from autotune.search.pruning import agreement
+from autotune.testservers.landscape import Cell, landscape
 from tests.helpers.daemon import Daemon
 from tests.helpers.e2e import REPO, autotune, status, study_dir
+from tests.helpers.modelled import run_study
 
 
 def test_first_the_winner_then_what_its_study_could_not_tell_from_it() -> None:
@@ -87,18 +91,17 @@ def test_a_second_study_names_the_first_and_compares_what_both_measured(
     best_text = autotune("best", "--config", str(second), cwd=tmp_path)
     assert "started from study e2e" in best_text.stdout
 
-    # Deployed first, right after the baseline: the earlier winner and what its study could
-    # not tell from it (the baseline's config is measured as the baseline).
+    # The baseline, measured in both, says the traffic moved (greedy accepts far more): the
+    # earlier winner is not queued, and the study runs as a cold one would.
     study = optuna.load_study(study_name="second", storage=f"sqlite:///{tmp_path / 'study.db'}")
-    queued = [t for t in study.trials if t.user_attrs.get(records.WARM_FROM)]
     record = study.user_attrs[records.STUDY_WARM_START]
     first_best = autotune("best", "--json", "--config", str(first), cwd=tmp_path)
     assert record["best"]["trial"] == json.loads(first_best.stdout)["trial"]
-    wanted = warm_start.first_configs(record, 2)
-    assert wanted[0] == record["best"]["config"]
-    baseline = st.trial_config(study.trials[0])
-    assert [st.trial_config(t) for t in queued] == [c for c in wanted if c != baseline]
-    assert [t.number for t in queued] == list(range(1, len(queued) + 1))
+    assert record["check"]["holds"] is False and "beyond" in record["check"]["why"], record
+    assert record["check"]["trial"] == 0 and record["queued"] == []
+    assert not [t for t in study.trials if t.user_attrs.get(records.WARM_FROM)]
+    assert "the world moved since the earlier study: the baseline measured" in text.stdout
+    assert s["warm_start"]["check"]["holds"] is False
 
     # Resumed (or joined by another worker), it is not checked or recorded again.
     again = autotune("start", "--config", str(second), "--from", "nope", cwd=tmp_path)
@@ -205,3 +208,80 @@ def test_a_world_that_moved_weighs_the_earlier_points_down_to_its_disagreement()
     want = math.sqrt((warm_start.PRIOR_DISAGREEMENT**2 + 4 * 0.2**2) / 4)
     assert p.disagreement == pytest.approx(want)
     assert p.disagreement > 0.2  # a hundred times less weight than a 2 % measurement
+
+
+def _earlier_baseline(value: float, ci: float | None = 0.02, **server: int) -> dict[str, object]:
+    m = {"config": {"steps": 3}, "value": value, "ci": ci, "server": server, "trial": 0}
+    return {"measured": [m], "differences": {}}
+
+
+def _here(value: float, ci: float | None = 0.02, **server: int) -> warm_start.Measured:
+    return warm_start.Measured(0, {"steps": 3}, value, ci, server)
+
+
+def test_the_earlier_study_holds_where_its_baseline_measures_the_same_here() -> None:
+    margin = agreement(0.02, 0.02)  # 6.2 %
+    record = _earlier_baseline(200.0, max_total_num_tokens=400_000)
+    same = warm_start.check(record, _here(210.0, max_total_num_tokens=401_000), margin)
+    assert same.holds and "+5.0 %, within ±6.2 %" in same.why
+    assert "its winner goes first" in same.sentence()
+
+
+def test_the_world_moved_where_the_baseline_or_the_servers_pool_differ() -> None:
+    margin = agreement(0.02, 0.02)
+    record = _earlier_baseline(200.0, max_total_num_tokens=400_000)
+    slower = warm_start.check(record, _here(186.0), margin)  # -7 %: another workload, say
+    assert not slower.holds and "-7.0 %, beyond ±6.2 %" in slower.why
+    assert "this study runs cold" in slower.sentence()
+    # As fast, on a machine with another KV pool (other GPUs, another memory fraction).
+    pool = warm_start.check(record, _here(200.0, max_total_num_tokens=300_000), margin)
+    assert not pool.holds and "max_total_num_tokens 300000 here, 400000 there" in pool.why
+
+
+def test_a_baseline_the_earlier_study_never_measured_holds_only_where_nothing_differs() -> None:
+    record = {"measured": [], "differences": {}}
+    assert warm_start.check(record, _here(200.0), 0.06).holds
+    moved = {"measured": [], "differences": {"--model-path": {"earlier": "a", "now": "b"}}}
+    verdict = warm_start.check(moved, _here(200.0), 0.06)
+    assert not verdict.holds and "--model-path differ" in verdict.why
+
+
+def test_the_earlier_points_steer_only_once_the_check_held() -> None:
+    assert not warm_start.checked_holds({"from": "a"})  # the baseline not measured yet
+    assert warm_start.checked_holds({"queued": [], "check": {"holds": True}})
+    assert not warm_start.checked_holds({"queued": [], "check": {"holds": False}})
+    # A study from before the check queued at once: it goes on as it started.
+    assert warm_start.checked_holds({"queued": [{"steps": 1}]})
+
+
+NATURAL = Cell("sglang-eagle", "qwen3.5-122b-a10b-mtp", "natural", "geomean")
+GREEDY = Cell("sglang-eagle", "qwen3.5-122b-a10b-mtp", "greedy", "geomean")
+
+
+def _record_of(cell: Cell, seed: int, now: Cell) -> dict[str, Any]:
+    """A study of 6 deployments on `cell`, read as `start --from` reads it for `now`."""
+    study, _ = run_study(cell, 6, seed)
+    declared = st.best_trials(study)
+    cfg = landscape(now).cfg
+    return warm_start.of_study(cfg, study, "in memory", declared[0]).record()
+
+
+def test_where_the_world_moved_the_warm_study_deploys_what_the_cold_one_does() -> None:
+    record = _record_of(NATURAL, 1, GREEDY)
+    assert record["differences"] == {"workload": {"earlier": "natural", "now": "greedy"}}
+    _, cold = run_study(GREEDY, 8, 2)
+    warm_study, warm = run_study(GREEDY, 8, 2, earlier=record)
+    verdict = warm_study.user_attrs[records.STUDY_WARM_START]["check"]
+    assert not verdict["holds"] and "beyond" in verdict["why"], verdict
+    assert warm.deployed == cold.deployed
+    assert not [t for t in warm_study.trials if t.user_attrs.get(records.WARM_FROM)]
+
+
+def test_where_it_holds_the_earlier_winner_goes_right_after_the_baseline() -> None:
+    record = _record_of(NATURAL, 1, NATURAL)
+    study, server = run_study(NATURAL, 3, 2, earlier=record)
+    verdict = study.user_attrs[records.STUDY_WARM_START]["check"]
+    assert verdict["holds"] and "within" in verdict["why"], verdict
+    assert server.deployed[0] != record["best"]["config"]  # the baseline
+    assert server.deployed[1] == record["best"]["config"]
+    assert study.trials[1].user_attrs.get(records.WARM_FROM)

@@ -138,8 +138,8 @@ class EnumeratedGPSampler(optuna.samplers.BaseSampler):
         """An earlier study's evidence (`start --from`), down-weighted by what this one has
         measured against it (`warm_start.prior`)."""
         record = study.user_attrs.get(records.STUDY_WARM_START)
-        if not record:
-            return None
+        if not record or not warm_start.checked_holds(record):
+            return None  # not checked against the baseline yet, or the world moved
         now = [
             (config_of(t), v) for t in done if (v := value_of(t)) and t.state == TrialState.COMPLETE
         ]
