@@ -1,11 +1,13 @@
 """Two real studies side by side on the real llama-server: the default against no model.
 
     .venv/bin/python experiments/llamacpp_pair.py [--workload natural] [--n-trials 10] [--rounds 2]
-    .venv/bin/python experiments/llamacpp_pair.py --workload copy --warm-from natural
+    .venv/bin/python experiments/llamacpp_pair.py --workload copy --warm-from natural [--seed 2]
 
 With `--warm-from W` the two studies on the workload are the default cold and the default
-`start --from` the default's study on W (its SQLite file here): a warm start when the
-traffic moved, on a real server, beside the cold study of the same workload.
+`start --from` the default's study on W (its SQLite file here; run first, with
+`--earlier-trials` deployments, where it is not there yet): a warm start when the traffic
+moved, on a real server, beside the cold study of the same workload. `--seed N` runs
+another pair of studies (their names and rows carry the seed) beside the config's own.
 
 Runs examples/llamacpp-local.yaml twice on one workload, same space, levels and seed: once
 as shipped (`sampler: auto`, the GP; the performance model is off on an n-gram space, which
@@ -59,14 +61,19 @@ def sampler_of(arm: str) -> str:
     return "auto" if arm.startswith(WARM_PREFIX) else ARMS[arm]
 
 
-def study_config(base: Config, workload: str, arm: str, n_trials: int) -> Config:
+def study_config(
+    base: Config, workload: str, arm: str, n_trials: int, seed: int | None = None
+) -> Config:
+    """The arm's study; `seed` other than the config's names a study of its own."""
+    name = f"pair-{workload}-{arm}" + (f"-s{seed}" if seed not in (None, base.study.seed) else "")
     study = replace(
         base.study,
-        name=f"pair-{workload}-{arm}",
-        storage=f"sqlite:///{DB_DIR / f'pair-{workload}-{arm}.db'}",
+        name=name,
+        storage=f"sqlite:///{DB_DIR / f'{name}.db'}",
         sampler=sampler_of(arm),
         n_trials=n_trials,
         on_finish="stop",
+        seed=base.study.seed if seed is None else seed,
     )
     return replace(base, study=study, benchmark=replace(base.benchmark, workload=workload))
 
@@ -80,14 +87,13 @@ def start_from(cfg: Config, earlier: Config) -> None:
     st.record_warm_start_once(st.open_study(cfg), record)
 
 
-def run_arm(cfg: Config, workload: str, arm: str, base: Config | None = None) -> dict[str, Any]:
+def run_arm(cfg: Config, workload: str, arm: str, earlier: Config | None = None) -> dict[str, Any]:
     """The study (resumed if it was cut short), then what it deployed, valued two ways.
-    A warm arm (`from-W`) starts from the default's study on workload W of `base`."""
+    A warm arm (`from-W`) starts from `earlier`, the default's study on workload W."""
     started = time.monotonic()
     if arm.startswith(WARM_PREFIX):
-        assert base is not None
-        earlier_workload = arm.removeprefix(WARM_PREFIX)
-        start_from(cfg, study_config(base, earlier_workload, "default", cfg.study.n_trials))
+        assert earlier is not None
+        start_from(cfg, earlier)
     loop.run_study(cfg)
     wall = time.monotonic() - started
     study = st.open_study(cfg, create=False)
@@ -155,7 +161,8 @@ def _append(path: Path, row: dict[str, Any]) -> None:
 
 def table(rows: list[dict[str, Any]]) -> str:
     studies = [r for r in rows if "arm" in r]
-    again = {r["workload"]: r for r in rows if "again" in r}
+    # A row from before --seed carries none: it belongs with the studies run before it.
+    again = {(r["workload"], r.get("seed")): r for r in rows if "again" in r}
     lines = [
         "# The default against no model, on the real llama-server",
         "",
@@ -173,7 +180,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in studies:
-        runs = again.get(r["workload"], {}).get("again", {}).get(r["arm"], [])
+        row = again.get((r["workload"], r["seed"])) or again.get((r["workload"], None), {})
+        runs = row.get("again", {}).get(r["arm"], [])
         flags = " ".join(f"{k}={v}" for k, v in (r["declared"] or {}).items())
         lines.append(
             f"| {r['workload']} | {r['arm']} (`{r['sampler']}`, seed {r['seed']}) "
@@ -188,7 +196,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in studies:
         path = ", ".join(f"{100 * d['recorded_share']:.0f}" for d in r["deployments"])
         lines.append("")
-        lines.append(f"- {r['workload']} {r['arm']}: recorded share of each deployment, % : {path}")
+        lines.append(
+            f"- {r['workload']} {r['arm']} (seed {r['seed']}): recorded share of each "
+            f"deployment, % : {path}"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -203,6 +214,13 @@ def main() -> int:
         metavar="WORKLOAD",
         help="the default cold against the default started from its study on WORKLOAD",
     )
+    p.add_argument("--seed", type=int, help="the studies' seed (default: the config's)")
+    p.add_argument(
+        "--earlier-trials",
+        type=int,
+        default=6,
+        help="deployments of the earlier study, where --warm-from has to run it first",
+    )
     args = p.parse_args()
     for w in (args.workload, args.warm_from):
         if w is not None and w not in replay.workloads():
@@ -212,26 +230,36 @@ def main() -> int:
     log.setup("INFO")
     DB_DIR.mkdir(parents=True, exist_ok=True)
     base = load_config(args.config)
+    seed = base.study.seed if args.seed is None else args.seed
     arms = ["default", WARM_PREFIX + args.warm_from] if args.warm_from else list(ARMS)
-    if args.warm_from and not (DB_DIR / f"pair-{args.warm_from}-default.db").exists():
-        p.error(f"no default study on {args.warm_from} to start from: run --workload "
-                f"{args.warm_from} first")  # fmt: skip
+    earlier = None
+    if args.warm_from:
+        earlier = study_config(base, args.warm_from, "default", args.earlier_trials, seed)
+        if not (DB_DIR / f"{earlier.study.name}.db").exists():
+            log.get("autotune").info("the earlier study first", study=earlier.study.name)
+            loop.run_study(earlier)
     rows = _recorded(RAW)
-    done = {r["arm"] for r in rows if r.get("workload") == args.workload and "arm" in r}
+    done = {
+        r["arm"]
+        for r in rows
+        if r.get("workload") == args.workload and "arm" in r and r.get("seed") == seed
+    }
     for arm in arms:
         if arm not in done:
-            cfg = study_config(base, args.workload, arm, args.n_trials)
-            _append(RAW, run_arm(cfg, args.workload, arm, base))
+            cfg = study_config(base, args.workload, arm, args.n_trials, seed)
+            _append(RAW, run_arm(cfg, args.workload, arm, earlier))
     rows = _recorded(RAW)
-    if not any(r.get("workload") == args.workload and "again" in r for r in rows):
-        winners = {
-            r["arm"]: r["declared"]
-            for r in rows
-            if r.get("workload") == args.workload and "arm" in r and r["declared"]
-        }
-        cfg = study_config(base, args.workload, "default", args.n_trials)
+    # A row from before --seed carries none: it ran at the config's seed.
+    mine = [
+        r
+        for r in rows
+        if r.get("workload") == args.workload and r.get("seed", base.study.seed) == seed
+    ]
+    if not any("again" in r for r in mine):
+        winners = {r["arm"]: r["declared"] for r in mine if "arm" in r and r["declared"]}
+        cfg = study_config(base, args.workload, "default", args.n_trials, seed)
         runs = measure_again(cfg, winners, args.rounds)
-        _append(RAW, {"workload": args.workload, "again": runs})
+        _append(RAW, {"workload": args.workload, "seed": seed, "again": runs})
     text = table(_recorded(RAW))
     OUT.write_text(text)
     print(text)
