@@ -309,13 +309,7 @@ def queue_warm_start_once(study: optuna.Study, cfg: Config) -> None:
     )
     if base is None:
         return  # not measured yet
-    now = warm_start.measured_here(base)
-    if now is None:
-        verdict = warm_start.Check(False, "the baseline gave no value to compare", base.number)
-    else:
-        pair = next((m for m in start.get("measured") or [] if m["config"] == now.config), None)
-        margin = pruning.agreement(pair.get("ci") if pair else None, now.ci)
-        verdict = warm_start.check(start, now, margin)
+    verdict = warm_start.check(start, base, pruning.agreement)
     log.info(verdict.sentence())
     baseline = trial_config(base)
     queued = []

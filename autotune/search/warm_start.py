@@ -19,7 +19,7 @@ study made before that record existed is known by its settings alone (engine, sp
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -312,12 +312,19 @@ class Check:
         return f"the world moved since the earlier study: {self.why}; this study runs cold"
 
 
-def check(record: Mapping[str, Any], now: Measured, margin: float) -> Check:
-    """The earlier study against the new study's baseline `now`: the same server pool
-    (SAME_POOL) and the same value within `margin` (two single starts' 95 % agreement,
-    `pruning.agreement`). A world that moved under an unchanged baseline is caught later, by
-    the pairs' disagreement (`prior`); one that moved under the baseline costs nothing but
-    the baseline, which a cold study measures too."""
+def check(
+    record: Mapping[str, Any],
+    baseline: FrozenTrial,
+    agreement: Callable[[float | None, float | None], float],
+) -> Check:
+    """The earlier study against the new study's measured `baseline`: the same server pool
+    (SAME_POOL) and the same value within two single starts' 95 % agreement (`agreement` of
+    the two values' intervals: `pruning.agreement`). A world that moved under an unchanged
+    baseline is left to the pairs' disagreement (`prior`); one that moved under the
+    baseline costs nothing but the baseline, which a cold study measures too."""
+    now = measured_here(baseline)
+    if now is None:
+        return Check(False, "the baseline gave no value to compare", baseline.number)
     earlier = next((m for m in record.get("measured") or [] if m["config"] == now.config), None)
     if earlier is None:
         differs = sorted(record.get("differences") or {})
@@ -337,6 +344,7 @@ def check(record: Mapping[str, Any], now: Measured, margin: float) -> Check:
         f"the baseline measured {now.value:.1f} here against {earlier['value']:.1f} there "
         f"({100 * change:+.1f} %"
     )
+    margin = agreement(earlier.get("ci"), now.ci)
     if abs(change) > margin:
         return Check(False, f"{said}, beyond ±{100 * margin:.1f} %)", now.trial)
     return Check(True, f"{said}, within ±{100 * margin:.1f} %)", now.trial)

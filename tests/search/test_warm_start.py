@@ -12,6 +12,7 @@ from typing import Any
 import optuna
 import pytest
 import yaml
+from optuna.trial import FrozenTrial
 
 from autotune.config import load_config
 from autotune.search import records, warm_start
@@ -215,34 +216,36 @@ def _earlier_baseline(value: float, ci: float | None = 0.02, **server: int) -> d
     return {"measured": [m], "differences": {}}
 
 
-def _here(value: float, ci: float | None = 0.02, **server: int) -> warm_start.Measured:
-    return warm_start.Measured(0, {"steps": 3}, value, ci, server)
+def _here(value: float, ci: float | None = 0.02, **server: int) -> FrozenTrial:
+    """The new study's measured baseline."""
+    attrs = {records.CONFIG: {"steps": 3}, records.VALUE_CI: ci, **server}
+    return optuna.trial.create_trial(value=value, user_attrs=attrs)
 
 
 def test_the_earlier_study_holds_where_its_baseline_measures_the_same_here() -> None:
-    margin = agreement(0.02, 0.02)  # 6.2 %
     record = _earlier_baseline(200.0, max_total_num_tokens=400_000)
-    same = warm_start.check(record, _here(210.0, max_total_num_tokens=401_000), margin)
+    same = warm_start.check(record, _here(210.0, max_total_num_tokens=401_000), agreement)
     assert same.holds and "+5.0 %, within ±6.2 %" in same.why
     assert "its winner goes first" in same.sentence()
 
 
 def test_the_world_moved_where_the_baseline_or_the_servers_pool_differ() -> None:
-    margin = agreement(0.02, 0.02)
     record = _earlier_baseline(200.0, max_total_num_tokens=400_000)
-    slower = warm_start.check(record, _here(186.0), margin)  # -7 %: another workload, say
+    slower = warm_start.check(record, _here(186.0), agreement)  # -7 %: another workload, say
     assert not slower.holds and "-7.0 %, beyond ±6.2 %" in slower.why
     assert "this study runs cold" in slower.sentence()
     # As fast, on a machine with another KV pool (other GPUs, another memory fraction).
-    pool = warm_start.check(record, _here(200.0, max_total_num_tokens=300_000), margin)
+    pool = warm_start.check(record, _here(200.0, max_total_num_tokens=300_000), agreement)
+    # Both windows at ±2 %: the two agree within ±6.2 %.
+    assert agreement(0.02, 0.02) == pytest.approx(0.0622, abs=1e-4)
     assert not pool.holds and "max_total_num_tokens 300000 here, 400000 there" in pool.why
 
 
 def test_a_baseline_the_earlier_study_never_measured_holds_only_where_nothing_differs() -> None:
     record = {"measured": [], "differences": {}}
-    assert warm_start.check(record, _here(200.0), 0.06).holds
+    assert warm_start.check(record, _here(200.0), agreement).holds
     moved = {"measured": [], "differences": {"--model-path": {"earlier": "a", "now": "b"}}}
-    verdict = warm_start.check(moved, _here(200.0), 0.06)
+    verdict = warm_start.check(moved, _here(200.0), agreement)
     assert not verdict.holds and "--model-path differ" in verdict.why
 
 
