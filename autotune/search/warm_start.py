@@ -317,23 +317,27 @@ def check(
     baseline: FrozenTrial,
     agreement: Callable[[float | None, float | None], float],
 ) -> Check:
-    """The earlier study against the new study's measured `baseline`: the same server pool
-    (SAME_POOL) and the same value within two single starts' 95 % agreement (`agreement` of
-    the two values' intervals: `pruning.agreement`). A world that moved under an unchanged
-    baseline is left to the pairs' disagreement (`prior`); one that moved under the
-    baseline costs nothing but the baseline, which a cold study measures too."""
+    """The earlier study against the new study's measured `baseline`: nothing declared
+    different (workload, levels, objective, the unit's other flags: `differences`), the same
+    server pool (SAME_POOL), and the same value within two single starts' 95 % agreement
+    (`agreement` of the two values' intervals: `pruning.agreement`).
+
+    A declared difference settles it whatever the baseline says: a baseline that drafts
+    nothing (llama-server's `--spec-type none`) measures the same on copy-heavy traffic as
+    on natural text, where the speculating configs are another landscape. A world that
+    moved under an unchanged baseline and unchanged settings is left to the pairs'
+    disagreement (`prior`). Where it moved, the check costs nothing but the baseline,
+    which a cold study measures too."""
+    differs = sorted(record.get("differences") or {})
+    if differs:
+        return Check(False, f"what differs: {', '.join(differs)}", baseline.number)
     now = measured_here(baseline)
     if now is None:
         return Check(False, "the baseline gave no value to compare", baseline.number)
     earlier = next((m for m in record.get("measured") or [] if m["config"] == now.config), None)
     if earlier is None:
-        differs = sorted(record.get("differences") or {})
-        if differs:
-            why = f"its baseline was never measured there, and {', '.join(differs)} differ"
-            return Check(False, why, now.trial)
-        return Check(
-            True, "nothing differs, though its baseline was never measured there", now.trial
-        )
+        why = "nothing differs, though its baseline was never measured there"
+        return Check(True, why, now.trial)
     for field in POOL_FIELDS:
         then, here = earlier["server"].get(field), now.server.get(field)
         numbers = isinstance(then, int | float) and isinstance(here, int | float) and then > 0
