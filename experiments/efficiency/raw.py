@@ -56,10 +56,13 @@ class CellRaw:
 
 
 def head_commit() -> str:
-    """HEAD's short hash, `+dirty` when the tree has uncommitted changes to tracked files."""
+    """HEAD's short hash, `+dirty` when the tree has uncommitted changes to tracked files
+    other than results: a killed run has appended to its own raw file, and resumed it is
+    still the same code (else it would start every study again)."""
     run = lambda *a: subprocess.run(a, cwd=REPO, capture_output=True, text=True).stdout.strip()  # noqa: E731
     commit = run("git", "rev-parse", "--short", "HEAD") or "unknown"
-    return commit + ("+dirty" if run("git", "status", "--porcelain", "-uno") else "")
+    changed = run("git", "status", "--porcelain", "-uno", "--", ".", ":!experiments/results")
+    return commit + ("+dirty" if changed else "")
 
 
 def path_of(cell: Cell, root: Path = RAW_DIR) -> Path:
