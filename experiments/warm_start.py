@@ -5,8 +5,10 @@
 For every simulator cell of the efficiency harness (`experiments/efficiency/`) and seed: an
 earlier study (the default, `EARLIER_BUDGET` deployments, its own noise draw), then the
 second study twice on the changed world, the same seed (the same noise) for both: cold, and
-with the earlier study's record as `start --from` writes it (`warm_start.Earlier.record`:
-its winner and the configs it could not tell from it deployed first). A change is:
+with the earlier study's record as `start --from` writes it (`warm_start.Earlier.record`,
+read against the new study's config; once the baseline is measured, `warm_start.check`
+decides whether its winner and the configs it could not tell from it go first, or whether
+the world moved and the study runs cold). A change is:
 
 - `noise`: the same profile and workload, another draw of the noise (a restart, a week
   later: the small change);
